@@ -1,0 +1,86 @@
+"""Frozen, validated configuration objects (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def _tuple_of_str(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample a continuation.
+
+    temperature 0 means greedy. top_k 0 and top_p 1 and min_p 0 switch those filters off.
+    Generation stops at ``max_tokens``, at EOS (unless ``ignore_eos``), at any ``stop_token_ids``,
+    or when the text generated so far contains any of the ``stop`` strings (also when a stop
+    string spans several tokens); the token that completes a stop string is kept, so a node's
+    text always equals its decoded tokens. ``seed`` mixes into every request's own seed.
+    """
+
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    stop: tuple[str, ...] = field(default=())
+    stop_token_ids: tuple[int, ...] = field(default=())
+    ignore_eos: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", _tuple_of_str(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        problems = []
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            problems.append(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not self.temperature >= 0:
+            problems.append(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            problems.append(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not 0 <= self.min_p < 1:
+            problems.append(f"min_p must be in [0, 1) (0 = off), got {self.min_p!r}")
+        if any(not s for s in self.stop):
+            problems.append("stop strings must be non-empty")
+        if any(t < 0 for t in self.stop_token_ids):
+            problems.append("stop_token_ids must be non-negative token ids")
+        if problems:
+            raise ValueError("invalid Sampling: " + "; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The KV runtime of one model.
+
+    The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
+    None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
+    device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
+    "auto" uses the DeFT Triton kernels on CUDA and the PyTorch reference elsewhere.
+    """
+
+    page_size: int = 16
+    num_pages: int | None = None
+    kv_memory_bytes: int | None = None
+    attention: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        if self.num_pages is not None and self.num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if self.kv_memory_bytes is not None and self.kv_memory_bytes < 1:
+            raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
+        if self.attention not in ("auto", "deft", "reference"):
+            raise ValueError(f"attention must be 'auto', 'deft' or 'reference', got {self.attention!r}")

@@ -1,0 +1,135 @@
+"""Trees and runs to JSON and back: token ids, text, scores, structure, and the run's settings.
+
+A run file holds one or more searched problems::
+
+    {"format": "thoughttree.run", "version": 1, "meta": {...},
+     "problems": [{"problem": "4 5 6 10", "tree": {...}, "result": {...}}, ...]}
+
+``meta`` carries the task, strategy and sampling settings, seed and totals (e.g. success_rate);
+each ``result`` carries that problem's answer, solved flag and statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .node import Status
+from .thought_tree import ThoughtTree
+
+FORMAT = "thoughttree.run"
+TREE_FORMAT = "thoughttree.tree"
+VERSION = 1
+
+
+class RunFileError(ValueError):
+    """A run or tree file that cannot be read."""
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: store them as None so files stay standard."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def tree_to_dict(tree: ThoughtTree) -> dict[str, Any]:
+    """Every node in id order with its parent id; KV handles are runtime state and are not saved."""
+    nodes = []
+    for n in tree.nodes:
+        nodes.append(
+            {
+                "id": n.id,
+                "parent": None if n.parent is None else n.parent.id,
+                "tokens": list(n.tokens),
+                "text": n.text,
+                "logprob": _clean(n.logprob),
+                "value": _clean(n.value),
+                "visits": n.visits,
+                "status": n.status.value,
+                "metadata": n.metadata,
+            }
+        )
+    return {"format": TREE_FORMAT, "version": VERSION, "seed": tree.seed, "nodes": nodes}
+
+
+def tree_from_dict(data: dict[str, Any], lm: Any = None) -> ThoughtTree:
+    """Rebuild a tree (without KV; ``tree.materialize()`` prefills it when a model is attached)."""
+    _check_header(data, TREE_FORMAT, "tree")
+    tree = ThoughtTree(lm, seed=int(data.get("seed", 0)))
+    try:
+        for i, raw in enumerate(data["nodes"]):
+            if raw["id"] != i:
+                raise RunFileError(f"node ids must be 0..N-1 in order; entry {i} has id {raw['id']}")
+            parent = None if raw["parent"] is None else tree.nodes[raw["parent"]]
+            if parent is not None and parent.id >= i:
+                raise RunFileError(f"node {i} names parent {parent.id}, which does not come before it")
+            tree._new(
+                parent,
+                [int(t) for t in raw["tokens"]],
+                str(raw["text"]),
+                logprob=float(raw["logprob"]) if raw["logprob"] is not None else float("nan"),
+                value=raw["value"],
+                visits=int(raw["visits"]),
+                status=Status(raw["status"]),
+                metadata=dict(raw.get("metadata", {})),
+            )
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        if isinstance(exc, RunFileError):
+            raise
+        raise RunFileError(f"malformed tree data: {exc!r}") from exc
+    return tree
+
+
+@dataclass
+class RunFile:
+    """A saved run: settings and totals in ``meta``, one entry per problem."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def trees(self, lm: Any = None) -> list[ThoughtTree]:
+        return [tree_from_dict(p["tree"], lm) for p in self.problems]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "meta": self.meta, "problems": self.problems}
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (temp file then rename) so a crash never leaves half a file."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n")
+        tmp.replace(path)
+
+
+def load_run(path: str | Path) -> RunFile:
+    """Read a run file, with a clear error for a missing, corrupt or newer-version file."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunFileError(f"no run file at {path}; pass the path written by --output")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path} is not valid JSON ({exc}); the file is corrupt or not a run file") from exc
+    _check_header(data, FORMAT, "run", path)
+    problems = data.get("problems")
+    if not isinstance(problems, list) or not all(isinstance(p, dict) and "tree" in p for p in problems):
+        raise RunFileError(f"{path} has no valid 'problems' list; the file is corrupt")
+    return RunFile(meta=dict(data.get("meta", {})), problems=problems)
+
+
+def _check_header(data: Any, fmt: str, what: str, path: Path | None = None) -> None:
+    where = f"{path} " if path else ""
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise RunFileError(f"{where}is not a thoughttree {what} file (expected format {fmt!r})")
+    version = data.get("version")
+    if not isinstance(version, int):
+        raise RunFileError(f"{where}has no integer version; the file is corrupt")
+    if version > VERSION:
+        raise RunFileError(
+            f"{where}was written by a newer thoughttree (format version {version}, this one reads up to "
+            f"{VERSION}); upgrade thoughttree to read it"
+        )
