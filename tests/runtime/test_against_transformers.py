@@ -1,0 +1,90 @@
+"""Every runtime path checked against transformers on tiny random models of each architecture."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import transformers
+
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+
+
+@pytest.fixture(scope="module")
+def pair(arch_model_dir):
+    arch, path = arch_model_dir
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(page_size=4, num_pages=512))
+    return arch, hf, lm
+
+
+def _random_tree_sequences(rng: random.Random, vocab: int, count: int) -> list[list[int]]:
+    """Sequences that share prefixes the way branches of a tree do (some are prefixes of others)."""
+    seqs = [[1] + [rng.randrange(3, vocab) for _ in range(rng.randint(1, 40))]]
+    while len(seqs) < count:
+        base = rng.choice(seqs)
+        cut = rng.randint(1, len(base))
+        seqs.append(base[:cut] + [rng.randrange(3, vocab) for _ in range(rng.randint(0, 25))])
+    return seqs
+
+
+def test_tree_logits_equal_each_sequence_alone(pair) -> None:
+    arch, hf, lm = pair
+    rng = random.Random(arch)
+    for _ in range(3):
+        seqs = _random_tree_sequences(rng, lm.config.vocab_size, 9)
+        got = lm.tree_logits(seqs)
+        assert got.shape == (len(seqs), lm.config.vocab_size) and got.dtype == torch.float32
+        for i, seq in enumerate(seqs):
+            with torch.no_grad():
+                want = hf(torch.tensor([seq])).logits[0, -1].float()
+            assert (got[i] - want).abs().max().item() <= 1e-4, (arch, i)
+        lm.check_integrity()
+    assert lm.kv.pool.num_used == 0, "tree_logits must free its KV"
+
+
+def test_tree_logits_share_prefixes(pair) -> None:
+    _, _, lm = pair
+    before = lm.stats.prefill_tokens
+    prefix = list(range(3, 40))
+    lm.tree_logits([[1] + prefix + [50 + i] for i in range(8)])
+    assert lm.stats.prefill_tokens - before == 1 + len(prefix) + 8
+
+
+def _hf_greedy(hf, tokens: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([tokens]), attention_mask=torch.ones(1, len(tokens), dtype=torch.long),
+            max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
+        )
+    return out[0, len(tokens):].tolist()
+
+
+def test_greedy_tree_decoding_equals_generate_per_path(pair) -> None:
+    arch, hf, lm = pair
+    tree = ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.\n", seed=3)
+    branches = [tree.root.extend(text) for text in ("10 - 4 = 6", "4 + 5 = 9 (left:", "the lazy dog")]
+    greedy = Sampling(max_tokens=12, temperature=0, ignore_eos=True)
+    kids = tree.expand(branches, n=2, sampling=greedy)
+    grandkids = tree.expand([kids[0][0], kids[2][1]], n=1, sampling=Sampling(max_tokens=7, temperature=0, ignore_eos=True))
+    lm.check_integrity(tree)
+    for parent, children in zip(branches, kids):
+        want = _hf_greedy(hf, parent.path_tokens(), 12)
+        for child in children:
+            assert child.tokens == want, arch
+    for child, (gk,) in zip([kids[0][0], kids[2][1]], grandkids):
+        assert gk.tokens == _hf_greedy(hf, child.path_tokens(), 7), arch
+    tree.prune(tree.root)
+    lm.check_integrity(tree)
+    assert lm.kv.pool.num_used == 0
+
+
+def test_sharded_checkpoint_loads(tmp_path, pair) -> None:
+    arch, hf, lm = pair
+    hf.save_pretrained(tmp_path, max_shard_size="20KB")
+    lm.tokenizer.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    sharded = LM.from_pretrained(tmp_path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    seq = [[1, 5, 9, 13, 17]]
+    torch.testing.assert_close(sharded.tree_logits(seq), lm.tree_logits(seq), atol=1e-6, rtol=0)

@@ -1,0 +1,199 @@
+"""The KV tree: a forest of token segments in the paged pool, shared by prefix, freed by refcount.
+
+A segment holds some tokens and their KV slots; its parent holds the tokens before them. A
+segment's ``refs`` count its child segments plus outside holders (tree nodes, requests); at
+zero its pages are released and its parent loses a reference, so a segment lives as long as
+any descendant. New token sequences are matched against finished (sealed) segments radix-style,
+splitting a segment where a match ends inside it, so equal prefixes are stored once.
+Tokens get slots when inserted and KV when the next forward step that touches them runs
+(``written`` counts how many of a segment's tokens already have KV).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kv_pool import KVPool
+
+
+@dataclass(eq=False)
+class Segment:
+    id: int
+    parent: Segment | None
+    tokens: list[int]
+    slots: list[int]
+    start: int  # position of the first token in its sequence
+    refs: int = 0
+    sealed: bool = True  # finished: may be matched and split; unsealed segments are still decoding
+    written: int = 0
+    children: list[Segment] = field(default_factory=list)
+    _slot_array: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+    @property
+    def slot_array(self) -> np.ndarray:
+        if self._slot_array is None or len(self._slot_array) != len(self.slots):
+            self._slot_array = np.asarray(self.slots, dtype=np.int64)
+        return self._slot_array
+
+    def path(self) -> list[Segment]:
+        out, seg = [], self
+        while seg is not None:
+            out.append(seg)
+            seg = seg.parent
+        return out[::-1]
+
+
+def _pages(slots: list[int], page_size: int) -> list[int]:
+    return sorted({s // page_size for s in slots})
+
+
+class KVTree:
+    """Segments over one :class:`KVPool`."""
+
+    def __init__(self, pool: KVPool) -> None:
+        self.pool = pool
+        self.roots: list[Segment] = []
+        self.segments: dict[int, Segment] = {}
+        self._next_id = 0
+
+    # -- creation ------------------------------------------------------------------------------
+    def _new(self, parent: Segment | None, tokens: list[int], sealed: bool) -> Segment:
+        ps = self.pool.page_size
+        pages = self.pool.alloc(-(-len(tokens) // ps))
+        slots = [pages[i // ps] * ps + i % ps for i in range(len(tokens))]
+        seg = Segment(self._next_id, parent, list(tokens), slots, parent.end if parent else 0, sealed=sealed)
+        self._next_id += 1
+        self.segments[seg.id] = seg
+        (parent.children if parent else self.roots).append(seg)
+        if parent is not None:
+            parent.refs += 1
+        return seg
+
+    def insert(self, parent: Segment | None, tokens: list[int], *, match_limit: int | None = None) -> Segment:
+        """Add ``tokens`` after ``parent`` sharing what already exists; returns the tail segment, retained once.
+
+        At most ``match_limit`` tokens are matched against existing segments (callers that need
+        the last token's logits keep it out of the match so it is computed).
+        """
+        limit = len(tokens) if match_limit is None else min(match_limit, len(tokens))
+        node, i = parent, 0
+        while i < limit:
+            best, best_len = None, 0
+            for child in node.children if node else self.roots:
+                if not child.sealed or child.tokens[0] != tokens[i]:
+                    continue
+                n = 0
+                top = min(len(child.tokens), limit - i)
+                while n < top and child.tokens[n] == tokens[i + n]:
+                    n += 1
+                if n > best_len:
+                    best, best_len = child, n
+            if best is None:
+                break
+            if best_len < len(best.tokens):
+                best = self._split(best, best_len)
+            node, i = best, i + best_len
+        tail = node if i == len(tokens) else self._new(node, tokens[i:], sealed=True)
+        if tail is None:
+            raise ValueError("cannot insert an empty sequence at the root")
+        tail.refs += 1
+        return tail
+
+    def open_child(self, parent: Segment) -> Segment:
+        """An empty, unsealed segment that decoding appends to; retained once for the caller."""
+        seg = Segment(self._next_id, parent, [], [], parent.end, sealed=False)
+        self._next_id += 1
+        self.segments[seg.id] = seg
+        parent.children.append(seg)
+        parent.refs += 1
+        seg.refs = 1
+        return seg
+
+    def pages_needed_to_append(self, segs: list[Segment]) -> int:
+        return sum(1 for s in segs if len(s.slots) % self.pool.page_size == 0)
+
+    def append(self, seg: Segment, token: int) -> None:
+        """Add one token to an unsealed segment (a new page when its last one is full)."""
+        assert not seg.sealed, "only decoding segments grow"
+        ps = self.pool.page_size
+        if len(seg.slots) % ps == 0:
+            seg.slots.append(self.pool.alloc(1)[0] * ps)
+        else:
+            seg.slots.append(seg.slots[-1] + 1)
+        seg.tokens.append(int(token))
+
+    def _split(self, seg: Segment, k: int) -> Segment:
+        """Cut ``seg`` after its first k tokens; returns the new upper segment (seg keeps the rest and its id)."""
+        ps = self.pool.page_size
+        upper = Segment(
+            self._next_id, seg.parent, seg.tokens[:k], seg.slots[:k], seg.start,
+            refs=1, sealed=True, written=min(seg.written, k), children=[seg],
+        )
+        self._next_id += 1
+        self.segments[upper.id] = upper
+        siblings = seg.parent.children if seg.parent else self.roots
+        siblings[siblings.index(seg)] = upper
+        if seg.slots[k - 1] // ps == seg.slots[k] // ps:
+            self.pool.retain(seg.slots[k] // ps)  # the boundary page now serves both halves
+        seg.parent, seg.tokens, seg.slots = upper, seg.tokens[k:], seg.slots[k:]
+        seg.start, seg.written = seg.start + k, max(0, seg.written - k)
+        return upper
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def retain(self, seg: Segment) -> None:
+        seg.refs += 1
+
+    def release(self, seg: Segment) -> list[int]:
+        """Drop one reference; frees segments that reach zero up the path. Returns freed segment ids."""
+        freed = []
+        while seg is not None:
+            if seg.refs < 1:
+                raise RuntimeError(f"KV segment {seg.id} released more often than retained")
+            seg.refs -= 1
+            if seg.refs > 0:
+                break
+            for page in _pages(seg.slots, self.pool.page_size):
+                self.pool.release(page)
+            del self.segments[seg.id]
+            (seg.parent.children if seg.parent else self.roots).remove(seg)
+            freed.append(seg.id)
+            seg = seg.parent
+        return freed
+
+    # -- checks --------------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.segments.values())
+
+    def check_integrity(self, holders: Counter[int] | None = None) -> None:
+        """Refcounts equal children + holders, pages are owned exactly by segments, all reachable."""
+        reach: set[int] = set()
+        stack = list(self.roots)
+        while stack:
+            s = stack.pop()
+            assert s.id not in reach, f"segment {s.id} reachable twice"
+            reach.add(s.id)
+            for c in s.children:
+                assert c.parent is s, f"segment {c.id} does not point back to {s.id}"
+                assert c.start == s.end, f"segment {c.id} starts at {c.start}, parent ends at {s.end}"
+            stack.extend(s.children)
+        assert reach == set(self.segments), "segments unreachable from the roots"
+        owners: Counter[int] = Counter()
+        for s in self.segments.values():
+            assert len(s.tokens) == len(s.slots), f"segment {s.id} has {len(s.tokens)} tokens, {len(s.slots)} slots"
+            assert s.tokens or not s.sealed, f"sealed segment {s.id} is empty"
+            assert s.refs >= len(s.children) + (0 if holders is None else holders.get(s.id, 0))
+            if holders is not None:
+                assert s.refs == len(s.children) + holders.get(s.id, 0), (
+                    f"segment {s.id} has {s.refs} refs but {len(s.children)} children and "
+                    f"{holders.get(s.id, 0)} holders"
+                )
+            owners.update(_pages(s.slots, self.pool.page_size))
+        self.pool.check_integrity(owners)

@@ -1,0 +1,244 @@
+"""`LM`: a Hugging Face checkpoint on the tree runtime — the object users and searches hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..config import RuntimeConfig, Sampling
+from ..tree import Generation, Node, ThoughtTree
+from .engine import DecodeRequest, Decoded, Engine, EngineStats
+from .kv_pool import KVPool
+from .kv_tree import KVTree, Segment
+from .model import Transformer, load_transformer
+from .model_config import ModelConfig, ModelLoadError
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        if device.type == "cpu":
+            return torch.float32
+        dtype = cfg.torch_dtype or "bfloat16"
+    if dtype not in _DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _pool_pages(cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device) -> int:
+    if rc.num_pages is not None:
+        return rc.num_pages
+    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, cfg.num_kv_heads, cfg.head_dim, dtype)
+    budget = rc.kv_memory_bytes
+    if budget is None:
+        budget = int(torch.cuda.mem_get_info(device)[0] * 0.5) if device.type == "cuda" else 1 << 30
+    return max(1, budget // per_page)
+
+
+class LM:
+    """A causal LM whose KV lives in one shared, paged tree cache.
+
+    Load with :meth:`from_pretrained`; grow trees with :class:`ThoughtTree`; score many
+    sequences that share prefixes with :meth:`tree_logits`.
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Any, runtime: RuntimeConfig, path: str = "") -> None:
+        cfg = model.cfg
+        self.model, self.tokenizer, self.runtime, self.path = model, tokenizer, runtime, path
+        self.device = model.device
+        pool = KVPool(
+            cfg.num_layers,
+            _pool_pages(cfg, runtime, model.dtype, model.device),
+            runtime.page_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            dtype=model.dtype,
+            device=model.device,
+        )
+        self.kv = KVTree(pool)
+        attention = runtime.attention
+        if attention == "auto":
+            attention = "deft" if model.device.type == "cuda" else "reference"
+        eos = set(cfg.eos_token_ids)
+        if getattr(tokenizer, "eos_token_id", None) is not None:
+            eos.add(int(tokenizer.eos_token_id))
+        self.eos_token_ids = tuple(sorted(eos))
+        self.engine = Engine(
+            model, self.kv, attention=attention, detokenize=self.decode, eos_token_ids=self.eos_token_ids,
+            max_context=cfg.max_context,
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | str | None = None,
+        runtime: RuntimeConfig | None = None,
+    ) -> LM:
+        """Load a local Hugging Face directory (config.json, *.safetensors, tokenizer); never downloads.
+
+        device defaults to CUDA when available; dtype to the checkpoint's on CUDA and float32 on CPU.
+        """
+        from transformers import AutoTokenizer
+
+        cfg = ModelConfig.from_dir(path)
+        dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        dt = _resolve_dtype(dtype, cfg, dev)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except Exception as exc:  # transformers raises several types for missing/broken tokenizers
+            raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); add tokenizer.json or the tokenizer files") from exc
+        model = load_transformer(path, cfg, device=dev, dtype=dt)
+        return cls(model, tokenizer, runtime or RuntimeConfig(), str(path))
+
+    # -- text ------------------------------------------------------------------------------------
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def max_context(self) -> int:
+        return self.model.cfg.max_context
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.eos_token_ids[0] if self.eos_token_ids else None
+
+    @property
+    def stats(self) -> EngineStats:
+        return self.engine.stats
+
+    def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=add_bos)["input_ids"])
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise ValueError(f"{what} is empty; give at least one token")
+        if len(tokens) > self.max_context:
+            raise ValueError(
+                f"{what} has {len(tokens)} tokens, longer than the model's context of {self.max_context}; shorten it"
+            )
+        bad = [t for t in tokens if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"{what} has token ids outside the vocabulary of {self.config.vocab_size}: {bad[:5]}")
+        return tokens
+
+    # -- tree backend ----------------------------------------------------------------------------
+    def _attach(self, nodes: Sequence[Node]) -> list[Node]:
+        """Give nodes on these paths KV segments (slots only; the next forward computes them)."""
+        todo: dict[int, Node] = {}
+        for node in nodes:
+            for x in node.path():
+                if x.kv is None:
+                    todo[id(x)] = x
+        made: list[Node] = []
+        try:
+            for x in sorted(todo.values(), key=lambda n: n.id):  # parents have smaller ids
+                parent = x.parent.kv if x.parent is not None else None
+                x.kv = self.kv.insert(parent, self._check_tokens(x.tokens, f"node {x.id}"))
+                made.append(x)
+        except BaseException:
+            for x in reversed(made):
+                self.kv.release(x.kv)
+                x.kv = None
+            raise
+        return made
+
+    def materialize(self, nodes: Sequence[Node]) -> None:
+        made = self._attach(nodes)
+        try:
+            self.engine.forward([], extra=[x.kv for x in nodes])
+        except BaseException:
+            for x in reversed(made):
+                self.kv.release(x.kv)
+                x.kv = None
+            raise
+
+    def generate(
+        self, nodes: Sequence[Node], samples: Sequence[int], sampling: Sampling, seeds: Sequence[Sequence[int]]
+    ) -> list[list[Generation]]:
+        self._attach(nodes)
+        requests = [
+            DecodeRequest(node.kv, sampling, seed) for node, n, ss in zip(nodes, samples, seeds) for seed in ss[:n]
+        ]
+        outs = iter(self.engine.decode(requests))
+        return [[self._generation(next(outs), keep=True) for _ in range(n)] for n in samples]
+
+    def release(self, kv: Any) -> None:
+        self.kv.release(kv)
+
+    def _generation(self, out: Decoded, *, keep: bool) -> Generation:
+        if not keep:
+            self.kv.release(out.segment)
+        return Generation(
+            tokens=out.tokens,
+            text=out.text,
+            logprob=float(sum(out.logprobs)),
+            token_logprobs=out.logprobs,
+            finish_reason=out.finish_reason,
+            kv=out.segment if keep else None,
+        )
+
+    # -- scratch work ----------------------------------------------------------------------------
+    def complete(self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+        """One continuation per prompt (fresh roots; shared prefixes stored once), all batched; KV freed after."""
+        if len(seeds) != len(prompts):
+            raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")
+        token_lists = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        return self._scratch([(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds)
+
+    def complete_from(
+        self, nodes: Sequence[Node], suffixes: Sequence[str], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
+        """One continuation of each node's path followed by its suffix text, all batched; KV freed after."""
+        if not len(nodes) == len(suffixes) == len(seeds):
+            raise ValueError("complete_from needs as many suffixes and seeds as nodes")
+        self._attach(nodes)
+        items = [(n.kv, self.encode(s, add_bos=False)) for n, s in zip(nodes, suffixes)]
+        return self._scratch(items, sampling, seeds)
+
+    def _scratch(self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+        tails: list[Segment] = []
+        try:
+            for parent, tokens in items:
+                if tokens:
+                    tails.append(self.kv.insert(parent, tokens))
+                else:
+                    self.kv.retain(parent)
+                    tails.append(parent)
+            outs = self.engine.decode([DecodeRequest(t, sampling, s) for t, s in zip(tails, seeds)])
+            return [self._generation(o, keep=False) for o in outs]
+        finally:
+            for t in tails:
+                self.kv.release(t)
+
+    def tree_logits(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """[len(sequences), vocab] float32 logits at each sequence's last position; shared prefixes once."""
+        tails: list[Segment] = []
+        try:
+            for i, seq in enumerate(sequences):
+                tails.append(self.kv.insert(None, self._check_tokens(seq, f"sequence {i}")))
+            return self.engine.forward([(t, len(t.tokens) - 1) for t in tails])
+        finally:
+            for t in tails:
+                self.kv.release(t)
+
+    # -- checks ----------------------------------------------------------------------------------
+    def check_integrity(self, *trees: ThoughtTree) -> None:
+        """KV tree and pool invariants; with the trees that hold KV here, refcounts are exact."""
+        holders: Counter[int] = Counter(n.kv.id for t in trees for n in t.nodes if n.kv is not None)
+        self.kv.check_integrity(holders if trees else None)
+        for t in trees:
+            t.check_integrity()

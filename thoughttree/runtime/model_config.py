@@ -1,0 +1,118 @@
+"""The architecture facts of a Llama-family checkpoint, read from its config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUPPORTED = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+class ModelLoadError(ValueError):
+    """A model directory that cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the forward needs; fields mirror Hugging Face names."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool  # q/k/v projections carry biases (Qwen2, some Llamas)
+    qk_norm: bool  # RMSNorm on each head's q and k before RoPE (Qwen3)
+    mlp_bias: bool
+    sliding_window: int | None
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    torch_dtype: str | None
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence computed exactly: a sliding window below the context caps it."""
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        model_type = raw.get("model_type")
+        if model_type not in SUPPORTED:
+            archs = raw.get("architectures") or [model_type]
+            raise ModelLoadError(
+                f"unsupported architecture {archs[0]!r} (model_type {model_type!r}); supported: "
+                + ", ".join(f"{v} ({k})" for k, v in SUPPORTED.items())
+            )
+        try:
+            hidden, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
+            # transformers 5 folds rope_theta/rope_scaling into rope_parameters.
+            rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+            theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+            rope_type = rope.get("rope_type", rope.get("type", "default"))
+            if rope_type not in ("default", "llama3", "linear"):
+                raise ModelLoadError(f"unsupported RoPE scaling {rope_type!r}; supported: default, linear, llama3")
+            eos = raw.get("eos_token_id")
+            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+            window = raw.get("sliding_window")
+            if model_type == "qwen2" and not raw.get("use_sliding_window", False):
+                window = None
+            return cls(
+                model_type=model_type,
+                vocab_size=int(raw["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(raw["intermediate_size"]),
+                num_layers=int(raw["num_hidden_layers"]),
+                num_heads=heads,
+                num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+                head_dim=int(raw.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                rope_theta=theta,
+                rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+                max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                attention_bias=bool(raw.get("attention_bias", model_type == "qwen2")),
+                qk_norm=model_type == "qwen3",
+                mlp_bias=bool(raw.get("mlp_bias", False)),
+                sliding_window=int(window) if window else None,
+                bos_token_id=raw.get("bos_token_id"),
+                eos_token_ids=eos_ids,
+                torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
+            )
+        except KeyError as exc:
+            raise ModelLoadError(f"config.json lacks the field {exc.args[0]!r}; is this a causal LM config?") from exc
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> ModelConfig:
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelLoadError(
+                f"model directory {path} does not exist; pass a local directory holding config.json, "
+                "*.safetensors and tokenizer files (models are never downloaded)"
+            )
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ModelLoadError(f"{path} has no config.json; is it a Hugging Face model directory?")
+        try:
+            raw = json.loads(cfg.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{cfg} is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ModelLoadError(f"{cfg} does not hold a JSON object")
+        return cls.from_dict(raw)
