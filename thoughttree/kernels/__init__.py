@@ -2,5 +2,20 @@
 
 from .attention import BACKENDS, tree_attention
 from .plan import TreePlan, plan_tree_attention
+from .reference import store_kv_reference, tree_attention_reference
+from .store import store_kv
+from .workplan import WorkConfig
+from .deft import deft_tree_attention, per_sequence_attention
 
-__all__ = ["BACKENDS", "TreePlan", "plan_tree_attention", "tree_attention"]
+__all__ = [
+    "BACKENDS",
+    "TreePlan",
+    "WorkConfig",
+    "deft_tree_attention",
+    "per_sequence_attention",
+    "plan_tree_attention",
+    "store_kv",
+    "store_kv_reference",
+    "tree_attention",
+    "tree_attention_reference",
+]

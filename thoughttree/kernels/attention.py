@@ -7,7 +7,7 @@ import torch
 from .plan import TreePlan
 from .reference import tree_attention_reference
 
-BACKENDS = ("deft", "reference")
+BACKENDS = ("deft", "per_sequence", "reference")
 
 
 def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TreePlan) -> None:
@@ -43,7 +43,9 @@ def tree_attention(
         k_cache, v_cache: [num_pages, page_size, H_kv, D].
         plan: from :func:`plan_tree_attention` for this step.
         sm_scale: softmax scale, default 1/sqrt(D).
-        backend: "deft" (Triton DeFT kernels) or "reference" (plain PyTorch, float32).
+        backend: "deft" (Triton DeFT tree kernels, float16/bfloat16), "per_sequence" (Triton
+            split-KV decoding of each query's own path, no sharing; the baseline) or
+            "reference" (plain PyTorch, float32).
     Returns:
         [num_queries, H_q, D] in q's dtype.
     """
@@ -54,4 +56,8 @@ def tree_attention(
         from .deft import deft_tree_attention
 
         return deft_tree_attention(q, k_cache, v_cache, plan, sm_scale=sm_scale)
+    if backend == "per_sequence":
+        from .deft import per_sequence_attention
+
+        return per_sequence_attention(q, k_cache, v_cache, plan, sm_scale=sm_scale)
     raise ValueError(f"unknown tree-attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")

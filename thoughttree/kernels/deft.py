@@ -1,0 +1,242 @@
+"""DeFT tree attention in Triton: split-KV partial attention over work items, then a merge.
+
+Kernel 1 (:func:`_partial_kernel`), one program per (work item, KV head): the item's KV chunk is
+read once and multiplied, on tensor cores, against all query rows of the item at once, the G
+query heads that share the KV head packed as consecutive rows (rows = queries x G). It writes a
+normalised partial output and its log2-sum-exp per row. Kernel 2 (:func:`_merge_kernel`), one
+program per (query, KV head), combines a query's partials along its path in a fixed order: no
+atomics, deterministic. Work items and workspaces come from :mod:`workplan` and are cached on
+the plan, so a call allocates only its output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .plan import TreePlan
+from .workplan import ITEM_FIELDS, WorkConfig, WorkPlan, sequence_work, tree_work
+
+_NEG = -1.0e30  # finite "minus infinity" so fully masked rows never produce inf - inf
+
+
+@triton.jit
+def _partial_kernel(
+    Q, K, V, SLOTS, ITEMS, QPERM, QNODE, QVIS, PO, PLSE,
+    scale_log2, page_size,
+    stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
+    HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr,
+):
+    item = ITEMS + tl.program_id(0) * NFIELDS
+    h = tl.program_id(1)
+    kv_start = tl.load(item + 0)
+    kv_len = tl.load(item + 1)
+    t0 = tl.load(item + 2)
+    node = tl.load(item + 3)
+    q_start = tl.load(item + 4)
+    q_count = tl.load(item + 5)
+    part_base = tl.load(item + 6)
+
+    rows = tl.arange(0, BLOCK_M)
+    qi = rows // G
+    head = h * G + rows % G
+    row_ok = qi < q_count
+    qidx = tl.load(QPERM + q_start + qi, mask=row_ok, other=0)
+    qnode = tl.load(QNODE + q_start + qi, mask=row_ok, other=-2)
+    qvis = tl.load(QVIS + q_start + qi, mask=row_ok, other=0)
+    # Keys [0, lim) of this chunk are visible: all for queries below the node, a causal prefix
+    # for the node's own queries, none for padding rows.
+    lim = tl.where(qnode == node, tl.minimum(qvis - t0, kv_len), kv_len)
+    lim = tl.where(row_ok, lim, 0)
+    end = tl.max(lim, axis=0)
+
+    offs_d = tl.arange(0, D_PAD)
+    d_ok = offs_d < D
+    q = tl.load(
+        Q + qidx.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_M], _NEG, tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    for n0 in range(0, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < end
+        slot = tl.load(SLOTS + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
+        page = slot // page_size
+        off = slot - page * page_size
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(
+            K + (page * stride_kp + off * stride_ks + h * stride_kh)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        s = tl.dot(q, tl.trans(k)) * scale_log2
+        s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(
+            V + (page * stride_vp + off * stride_vs + h * stride_vh)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    lse = tl.where(l_i > 0, m_i + tl.math.log2(l_safe), _NEG)
+    prow = (part_base + qi).to(tl.int64)
+    tl.store(PLSE + prow * HQ + head, lse, mask=row_ok)
+    tl.store(
+        PO + (prow * HQ + head)[:, None] * D + offs_d[None, :],
+        acc / l_safe[:, None],
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
+
+
+@triton.jit
+def _merge_kernel(
+    PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
+    HQ: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+):
+    query = tl.program_id(0)
+    h = tl.program_id(1)
+    g = tl.arange(0, G_PAD)
+    head = h * G + g
+    g_ok = g < G
+    offs_d = tl.arange(0, D_PAD)
+    mask = g_ok[:, None] & (offs_d < D)[None, :]
+    first = tl.load(OFFSETS + query)
+    last = tl.load(OFFSETS + query + 1)
+    m = tl.full([G_PAD], _NEG, tl.float32)
+    l = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D_PAD], tl.float32)
+    for i in range(first, last):
+        prow = tl.load(ROWS + i).to(tl.int64)
+        lse = tl.load(PLSE + prow * HQ + head, mask=g_ok, other=_NEG)
+        o = tl.load(PO + (prow * HQ + head)[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.math.exp2(m - m_new)
+        beta = tl.math.exp2(lse - m_new)
+        acc = acc * alpha[:, None] + o * beta[:, None]
+        l = l * alpha + beta
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(
+        OUT + query.to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=mask,
+    )
+
+
+def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(
+            f"q, k_cache, v_cache must all be float16 or all bfloat16; got {q.dtype}, {k_cache.dtype}, {v_cache.dtype} "
+            "(use backend='reference' for float32)"
+        )
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device}, {v_cache.device}")
+    if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("the head dimension of q, k_cache and v_cache must be contiguous (stride 1)")
+    if q.shape[2] < 16:
+        raise ValueError(f"head_dim must be at least 16 for tensor-core tiles, got {q.shape[2]}")
+
+
+def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None) -> torch.Tensor:
+    num_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    group = h_q // h_kv
+    d_pad = max(16, triton.next_power_of_2(d))
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
+    out = torch.empty_like(q)
+    if num_q == 0:
+        return out
+    page_size = k_cache.shape[1]
+    for tc in work.classes:
+        items = work.items[tc.first_item : tc.first_item + tc.num_items]
+        _partial_kernel[(tc.num_items, h_kv)](
+            q, k_cache, v_cache, work.slots, items, work.q_perm, work.q_node, work.q_vis,
+            work.partial_o, work.partial_lse,
+            scale * 1.4426950408889634, page_size,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
+            NFIELDS=ITEM_FIELDS, num_warps=tc.num_warps, num_stages=tc.num_stages,
+        )
+    _merge_kernel[(num_q, h_kv)](
+        work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
+        out.stride(0), out.stride(1),
+        HQ=h_q, G=group, G_PAD=triton.next_power_of_2(group), D=d, D_PAD=d_pad, num_warps=4,
+    )
+    return out
+
+
+def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+    """The plan's DeFT work items and workspaces for this head layout, built once and cached."""
+    cfg = config or WorkConfig()
+    key = ("deft", num_q_heads, num_kv_heads, head_dim, cfg)
+    if key not in plan.backend_data:
+        plan.backend_data[key] = tree_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
+    return plan.backend_data[key]
+
+
+def per_sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+    """The plan's per-sequence (flash-decoding) work items and workspaces, built once and cached."""
+    cfg = config or WorkConfig()
+    key = ("per_sequence", num_q_heads, num_kv_heads, head_dim, cfg)
+    if key not in plan.backend_data:
+        plan.backend_data[key] = sequence_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
+    return plan.backend_data[key]
+
+
+def deft_tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    plan: TreePlan,
+    *,
+    sm_scale: float | None = None,
+    config: WorkConfig | None = None,
+) -> torch.Tensor:
+    """Tree attention with DeFT's KV-guided grouping and flattened, balanced KV chunks.
+
+    Args:
+        q: [num_queries, H_q, D] float16 or bfloat16.
+        k_cache, v_cache: [num_pages, page_size, H_kv, D], same dtype; H_q = G * H_kv.
+        plan: from :func:`plan_tree_attention`; its work items are built on first use per head
+            layout and reused by later calls (every layer of a step).
+        sm_scale: softmax scale, default 1/sqrt(D).
+        config: work sizing (tests use it to force many small chunks).
+    Returns:
+        [num_queries, H_q, D] in q's dtype.
+    """
+    _check_inputs(q, k_cache, v_cache)
+    work = deft_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
+    return _run(q, k_cache, v_cache, work, sm_scale)
+
+
+def per_sequence_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    plan: TreePlan,
+    *,
+    sm_scale: float | None = None,
+    config: WorkConfig | None = None,
+) -> torch.Tensor:
+    """Split-KV decoding of each query over its own path (flash decoding), sharing nothing.
+
+    The baseline a runtime without tree sharing would use: every query reads its whole path's
+    KV itself, G query heads packed per KV head. Shapes as :func:`deft_tree_attention`.
+    """
+    _check_inputs(q, k_cache, v_cache)
+    work = per_sequence_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
+    return _run(q, k_cache, v_cache, work, sm_scale)

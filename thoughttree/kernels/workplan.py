@@ -1,0 +1,247 @@
+"""Launch metadata for the split-KV attention kernels: work items, merge lists, workspaces.
+
+A work item is one program's job for every KV head: a contiguous run of a node's KV slots (a
+chunk) and a block of query rows that all see it. The tree (DeFT) planner lays the tree out in
+depth-first order, so the queries under any node are one contiguous run of the reordered
+queries; each node's KV is cut into chunks of balanced cost and every chunk is paired with the
+blocks of queries below it (KV-guided grouping). The per-sequence planner gives each query its
+own path and splits it (flash decoding), sharing nothing. Both are vectorised numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .plan import TreePlan
+from .topology import concat_ranges
+
+# Item columns (int32): slot offset, chunk length, first token inside the node, node id (-1: no
+# own-node queries), first reordered query, query count, first partial row.
+ITEM_FIELDS = 7
+
+
+@dataclass(frozen=True)
+class WorkConfig:
+    """How work is sized.
+
+    waves: target programs per SM; num_sms: None = the device's; min_chunk: fewest KV tokens per
+    chunk, None = twice the tile's rows (so a chunk's fp32 partials stay small next to its KV).
+    """
+
+    waves: float = 2.0
+    num_sms: int | None = None
+    min_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk)):
+            raise ValueError(f"waves, num_sms and min_chunk must be positive, got {self.waves}, {self.num_sms}, {self.min_chunk}")
+
+
+@dataclass(frozen=True)
+class TileClass:
+    """Items launched together with one tile shape: rows = query rows x G heads, cols = keys."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    first_item: int
+    num_items: int
+
+
+@dataclass(frozen=True, eq=False)
+class WorkPlan:
+    """Device-side metadata and workspaces of one (plan, head layout); reused by every layer.
+
+    Tensors: slots [S] int32 (the KV slot ids items index into); items [I, 7] int32;
+    q_perm, q_node, q_vis [Q] int32 (original row, node and visible count of each reordered
+    query); merge_offsets [Q + 1] and merge_rows [P] int32 (each query's partial rows, in order);
+    partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
+    (their log2-sum-exp).
+    """
+
+    slots: torch.Tensor
+    items: torch.Tensor
+    q_perm: torch.Tensor
+    q_node: torch.Tensor
+    q_vis: torch.Tensor
+    merge_offsets: torch.Tensor
+    merge_rows: torch.Tensor
+    partial_o: torch.Tensor
+    partial_lse: torch.Tensor
+    classes: tuple[TileClass, ...]
+
+
+def _tile_shapes(group: int, head_dim: int) -> list[tuple[int, int, int, int]]:
+    """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
+    d = max(16, 1 << (head_dim - 1).bit_length())
+    if d <= 128:
+        shapes = [(16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)]
+    else:
+        shapes = [(16, 32, 4, 2), (64, 32, 4, 2)]
+    shapes = [s for s in shapes if s[0] >= group]
+    if not shapes:
+        raise ValueError(f"GQA group of {group} query heads per KV head is too large (at most 64 for head_dim {head_dim})")
+    return shapes
+
+
+def _num_sms(cfg: WorkConfig, device: torch.device) -> int:
+    if cfg.num_sms is not None:
+        return cfg.num_sms
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def _chunk_sizes(cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float, align: np.ndarray) -> np.ndarray:
+    """Tokens per chunk so every item costs about ``target``; whole nodes when they are cheap."""
+    want = np.maximum(np.ceil(target / cost_per_token), min_chunk)
+    nchunks = np.maximum(1, np.ceil(lengths / want))
+    size = np.ceil(np.ceil(lengths / nchunks) / align) * align  # equal chunks, tile-aligned
+    return np.maximum(size, align).astype(np.int64)
+
+
+def _upload(plan: TreePlan, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+    """One host-to-device copy for all int32 metadata; returns views of it."""
+    sizes = [a.size for a in arrays]
+    flat = np.concatenate([a.astype(np.int64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+    if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
+        raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
+    dev = torch.from_numpy(flat.astype(np.int32)).to(plan.device)
+    return list(torch.split(dev, sizes))
+
+
+def _finish(
+    plan: TreePlan,
+    slots: np.ndarray,
+    items: np.ndarray,
+    item_class: np.ndarray,
+    shapes: list[tuple[int, int, int, int]],
+    q_perm: np.ndarray,
+    q_node: np.ndarray,
+    q_vis: np.ndarray,
+    num_q_heads: int,
+    head_dim: int,
+) -> WorkPlan:
+    """Order items by tile class, number partial rows, build merge lists, upload, allocate."""
+    order = np.argsort(item_class, kind="stable")
+    items, item_class = items[order], item_class[order]
+    counts = items[:, 5]
+    items[:, 6] = np.cumsum(counts) - counts
+    num_partials = int(counts.sum())
+    row_query = q_perm[concat_ranges(items[:, 4], counts)]  # original query of each partial row
+    merge_rows = np.argsort(row_query, kind="stable")  # item order inside a query: deterministic
+    merge_offsets = np.zeros(plan.num_queries + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_query, minlength=plan.num_queries), out=merge_offsets[1:])
+    dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = _upload(
+        plan, [slots, items, q_perm, q_node, q_vis, merge_offsets, merge_rows]
+    )
+    classes = []
+    for c, (bm, bn, warps, stages) in enumerate(shapes):
+        idx = np.nonzero(item_class == c)[0]
+        if len(idx):
+            classes.append(TileClass(bm, bn, warps, stages, int(idx[0]), len(idx)))
+    return WorkPlan(
+        slots=dev_slots,
+        items=dev_items.view(-1, ITEM_FIELDS),
+        q_perm=dev_perm,
+        q_node=dev_node,
+        q_vis=dev_vis,
+        merge_offsets=dev_offsets,
+        merge_rows=dev_rows,
+        partial_o=torch.empty(num_partials, num_q_heads, head_dim, dtype=torch.float32, device=plan.device),
+        partial_lse=torch.empty(num_partials, num_q_heads, dtype=torch.float32, device=plan.device),
+        classes=tuple(classes),
+    )
+
+
+def _cost(block_m: np.ndarray) -> np.ndarray:
+    # Per-token cost of a tile: a memory part plus a tensor-core part that grows with its rows.
+    return 1.0 + block_m / 64.0
+
+
+def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+    """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
+    group = num_q_heads // num_kv_heads
+    shapes = _tile_shapes(group, head_dim)
+    bm_of = np.array([s[0] for s in shapes])
+    bn_of = np.array([s[1] for s in shapes])
+    pre, size = plan.preorder
+    lengths, qn, qv = plan.node_lengths, plan.query_nodes, plan.query_visible
+    big = int(lengths.max(initial=0)) + 1
+    # Queries sorted by (preorder of their node, visible count): a node's subtree is one run and
+    # its own queries come first, fewest visible tokens first (so causal chunks skip a prefix).
+    key = pre[qn] * big + qv
+    q_perm = np.argsort(key, kind="stable")
+    skey = key[q_perm]
+    lo = np.searchsorted(skey, pre * big, side="left")
+    hi = np.searchsorted(skey, (pre + size) * big, side="left")
+    nodes = np.nonzero((hi > lo) & (lengths > 0))[0]
+    rows = (hi - lo)[nodes] * group
+    cls = np.minimum(np.searchsorted(bm_of, rows, side="left"), len(shapes) - 1)
+    per_block = bm_of[cls] // group  # queries per tile
+    blocks = -(-(hi - lo)[nodes] // per_block)
+    cost = _cost(bm_of[cls])
+    total = float((lengths[nodes] * blocks * cost).sum())
+    target = total * num_kv_heads / (cfg.waves * _num_sms(cfg, plan.device))
+    min_chunk = 2 * bm_of[cls] if cfg.min_chunk is None else np.full(len(nodes), cfg.min_chunk)
+    chunk = _chunk_sizes(cost, np.maximum(bn_of[cls], min_chunk), lengths[nodes], target, bn_of[cls])
+    nchunks = -(-lengths[nodes] // chunk)
+    # One row per chunk.
+    c_node = np.repeat(nodes, nchunks)
+    c_idx = concat_ranges(np.zeros(len(nodes), dtype=np.int64), nchunks)
+    c_size, c_cls, c_per = (np.repeat(a, nchunks) for a in (chunk, cls, per_block))
+    t0 = c_idx * c_size
+    t1 = np.minimum(t0 + c_size, lengths[c_node])
+    q_first = np.searchsorted(skey, pre[c_node] * big + t0, side="right")  # skip queries seeing < t0
+    q_end = hi[c_node]
+    c_blocks = -(-(q_end - q_first) // c_per)
+    # One row per item: a chunk times a block of the queries below it.
+    i_chunk = np.repeat(np.arange(len(c_node)), c_blocks)
+    i_block = concat_ranges(np.zeros(len(c_node), dtype=np.int64), c_blocks)
+    i_qstart = q_first[i_chunk] + i_block * c_per[i_chunk]
+    items = np.stack(
+        [
+            plan.node_offsets[c_node[i_chunk]] + t0[i_chunk],
+            (t1 - t0)[i_chunk],
+            t0[i_chunk],
+            c_node[i_chunk],
+            i_qstart,
+            np.minimum(c_per[i_chunk], q_end[i_chunk] - i_qstart),
+            np.zeros(len(i_chunk), dtype=np.int64),
+        ],
+        axis=1,
+    ).reshape(-1, ITEM_FIELDS)
+    return _finish(plan, plan.slots, items, c_cls[i_chunk], shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim)
+
+
+def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+    """Per-sequence split-KV items: each query's whole path on its own, cut into equal splits."""
+    group = num_q_heads // num_kv_heads
+    bm, bn, warps, stages = _tile_shapes(group, head_dim)[0]
+    offsets, flat = plan.query_views
+    lengths = np.diff(offsets)
+    nq = plan.num_queries
+    cost = float(_cost(np.array(bm)))
+    target = float(lengths.sum()) * cost * num_kv_heads / (cfg.waves * _num_sms(cfg, plan.device))
+    chunk = _chunk_sizes(np.full(nq, cost), np.full(nq, max(bn, cfg.min_chunk or bn)), lengths, target, np.full(nq, bn))
+    nsplits = -(-lengths // chunk)
+    q = np.repeat(np.arange(nq), nsplits)
+    t0 = concat_ranges(np.zeros(nq, dtype=np.int64), nsplits) * chunk[q]
+    items = np.stack(
+        [
+            offsets[q] + t0,
+            np.minimum(chunk[q], lengths[q] - t0),
+            t0,
+            np.full(len(q), -1),
+            q,
+            np.ones(len(q), dtype=np.int64),
+            np.zeros(len(q), dtype=np.int64),
+        ],
+        axis=1,
+    ).reshape(-1, ITEM_FIELDS)
+    ident = np.arange(nq)
+    return _finish(plan, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible, num_q_heads, head_dim)
