@@ -94,6 +94,7 @@ class Engine:
                 tokens.append(s.tokens[j]), positions.append(s.start + j), nodes.append(i)
                 visible.append(j + 1), slots.append(s.slots[j])
         num_write = len(tokens)
+        prefill = sum(1 for i in nodes if not order[i].generated)
         target_rows = []
         for s, j in targets:
             key = (s.id, j)
@@ -130,8 +131,8 @@ class Engine:
         self.stats.forward_steps += 1
         self.stats.attended_tokens += int((starts[np.asarray(nodes)] + np.asarray(visible)).sum())
         self.stats.unique_tokens += sum(len(s.tokens) for s in order)
-        self.stats.prefill_tokens += num_write
-        return self.model.logits(hidden[torch.tensor(target_rows, device=dev)])
+        self.stats.prefill_tokens += prefill
+        return self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
 
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.

@@ -29,6 +29,7 @@ class Segment:
     refs: int = 0
     sealed: bool = True  # finished: may be matched and split; unsealed segments are still decoding
     written: int = 0
+    generated: bool = False  # made by decoding (its tokens count as generated, not prefilled)
     children: list[Segment] = field(default_factory=list)
     _slot_array: np.ndarray | None = field(default=None, repr=False)
 
@@ -108,7 +109,7 @@ class KVTree:
 
     def open_child(self, parent: Segment) -> Segment:
         """An empty, unsealed segment that decoding appends to; retained once for the caller."""
-        seg = Segment(self._next_id, parent, [], [], parent.end, sealed=False)
+        seg = Segment(self._next_id, parent, [], [], parent.end, sealed=False, generated=True)
         self._next_id += 1
         self.segments[seg.id] = seg
         parent.children.append(seg)
@@ -134,7 +135,7 @@ class KVTree:
         ps = self.pool.page_size
         upper = Segment(
             self._next_id, seg.parent, seg.tokens[:k], seg.slots[:k], seg.start,
-            refs=1, sealed=True, written=min(seg.written, k), children=[seg],
+            refs=1, sealed=True, written=min(seg.written, k), generated=seg.generated, children=[seg],
         )
         self._next_id += 1
         self.segments[upper.id] = upper

@@ -1,0 +1,82 @@
+"""Bad input gets a clear error naming the problem and the fix, and leaves the tree usable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.runtime import ModelLoadError
+from thoughttree.tree import TreeError
+
+
+def test_missing_directory(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist.*never downloaded"):
+        LM.from_pretrained(tmp_path / "nope")
+
+
+def test_directory_without_config(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        LM.from_pretrained(tmp_path)
+
+
+def test_malformed_config(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        LM.from_pretrained(tmp_path)
+
+
+def test_unsupported_architecture_lists_supported(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'GPT2LMHeadModel'.*LlamaForCausalLM.*Qwen3ForCausalLM"):
+        LM.from_pretrained(tmp_path)
+
+
+def test_missing_weights_and_tokenizer(tmp_path, tiny_model_dir) -> None:
+    shutil.copy(tiny_model_dir / "config.json", tmp_path / "config.json")
+    with pytest.raises(ModelLoadError, match="tokenizer"):
+        LM.from_pretrained(tmp_path, device="cpu")
+    for f in tiny_model_dir.iterdir():
+        if f.name.startswith(("tokenizer", "special")):
+            shutil.copy(f, tmp_path / f.name)
+    with pytest.raises(ModelLoadError, match="no \\*.safetensors"):
+        LM.from_pretrained(tmp_path, device="cpu")
+    (tmp_path / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="cannot read weights"):
+        LM.from_pretrained(tmp_path, device="cpu")
+
+
+def test_prompt_longer_than_context(tiny_model_dir) -> None:
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
+    with pytest.raises(TreeError, match="longer than the model's context of 512"):
+        ThoughtTree(lm, prompt=[1] + [5] * 600)
+    tree = ThoughtTree(lm, prompt=[1] + [5] * 505)
+    (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=50, ignore_eos=True))[0]
+    assert kid.metadata["finish_reason"] == "length" and kid.num_path_tokens == 512
+    with pytest.raises(ValueError, match="no room"):
+        tree.expand([kid])
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        lm.tree_logits([[1] * 513])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        lm.tree_logits([[1, 10**6]])
+    tree.prune(tree.root)
+    lm.check_integrity(tree)
+    assert lm.kv.pool.num_used == 0
+
+
+def test_tree_misuse(tiny_model_dir) -> None:
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    tree = ThoughtTree(lm, prompt="the quick brown fox")
+    kid = tree.root.extend(" jumps")
+    tree.prune(kid)
+    with pytest.raises(TreeError, match="pruned"):
+        tree.expand([kid])
+    with pytest.raises(TreeError, match="same node twice"):
+        tree.expand([tree.root, tree.root])
+    with pytest.raises(TreeError, match="non-empty"):
+        tree.root.extend("")
+    with pytest.raises(TreeError, match="needs a model"):
+        ThoughtTree(None, prompt=[1, 2]).expand([])
+    assert len(tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=3))[0]) == 2

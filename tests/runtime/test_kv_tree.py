@@ -1,0 +1,112 @@
+"""KV pool and KV tree invariants under random fork / extend / expand / prune sequences."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thoughttree import LM, RuntimeConfig, Sampling, Status, ThoughtTree
+from thoughttree.runtime import KVPool, KVPoolExhausted, KVTree
+
+PAGE = 4
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir) -> LM:
+    return LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=PAGE, num_pages=600))
+
+
+OPS = st.lists(
+    st.tuples(st.sampled_from(["expand", "extend", "prune", "materialize", "logits"]), st.integers(0, 10**6), st.integers(1, 3)),
+    min_size=1,
+    max_size=10,
+)
+WORDS = [" jumps", " over the", " 10 - 4 = 6", "\n", " sure"]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, seed=st.integers(0, 100))
+def test_random_tree_edits_keep_invariants(lm: LM, ops, seed: int) -> None:
+    tree = ThoughtTree(lm, prompt="the quick brown fox", seed=seed)
+    other = ThoughtTree(lm, prompt="the quick brown dog", seed=seed)  # shares a radix prefix with tree
+    other.materialize()
+    for op, pick, n in ops:
+        live = [x for x in tree.nodes if x.alive]
+        if not live:
+            break
+        node = live[pick % len(live)]
+        if op == "expand":
+            tree.expand([node] + live[:1] if node is not live[0] else [node], n=n, sampling=Sampling(max_tokens=n + 1, ignore_eos=True))
+        elif op == "extend":
+            node.extend(WORDS[pick % len(WORDS)])
+        elif op == "prune" and not node.is_root:
+            tree.prune(node)
+        elif op == "materialize":
+            tree.materialize([node])
+        elif op == "logits":
+            lm.tree_logits([node.path_tokens(), other.root.tokens + [5, 6]])
+        lm.check_integrity(tree, other)
+    tree.prune(tree.root)
+    other.prune(other.root)
+    lm.check_integrity(tree, other)
+    assert lm.kv.pool.num_used == 0 and not lm.kv.segments, "a fully pruned tree returns every page"
+
+
+def test_memory_is_unique_tokens_plus_one_partial_page_per_segment(lm: LM) -> None:
+    tree = ThoughtTree(lm, prompt="Tree of thoughts search expands many branches at once.", seed=0)
+    kids = tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=7, ignore_eos=True))[0]
+    for k in kids:
+        k.extend(" 10 - 4 = 6")
+    tree.expand(kids[:2], n=3, sampling=Sampling(max_tokens=5, ignore_eos=True))
+    tree.materialize()
+    unique = sum(len(x.tokens) for x in tree.nodes)
+    assert lm.kv.num_tokens == unique
+    segments = len(lm.kv.segments)
+    used = lm.kv.pool.num_used * PAGE
+    assert unique <= used < unique + segments * PAGE
+    lm.check_integrity(tree)
+    tree.prune(tree.root)
+    assert lm.kv.pool.num_used == 0
+
+
+def test_equal_prompts_are_stored_once(lm: LM) -> None:
+    a = ThoughtTree(lm, prompt="value: sure likely impossible. answer: 24")
+    b = ThoughtTree(lm, prompt="value: sure likely impossible. answer: 25")
+    a.materialize(), b.materialize()
+    shared = len(a.root.tokens) - 1
+    assert lm.kv.num_tokens == len(a.root.tokens) + len(b.root.tokens) - shared
+    lm.check_integrity(a, b)
+    a.prune(a.root)
+    lm.check_integrity(a, b)
+    assert lm.kv.num_tokens == len(b.root.tokens)
+    b.prune(b.root)
+    assert lm.kv.pool.num_used == 0
+
+
+def test_pool_exhaustion_is_clear_and_recoverable(tiny_model_dir) -> None:
+    small = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=PAGE, num_pages=12))
+    tree = ThoughtTree(small, prompt="the quick brown fox", seed=0)
+    sp = Sampling(max_tokens=12, ignore_eos=True)
+    kids = tree.expand([tree.root], n=2, sampling=sp)[0]
+    before = len(tree)
+    with pytest.raises(KVPoolExhausted, match=r"pages in use .* tokens in all"):
+        tree.expand(kids, n=3, sampling=sp)
+    assert len(tree) == before
+    small.check_integrity(tree)
+    tree.prune(kids[1])
+    assert kids[1].status is Status.PRUNED
+    (more,) = tree.expand([kids[0]], n=1, sampling=Sampling(max_tokens=4, ignore_eos=True))
+    assert len(more[0].tokens) == 4
+    small.check_integrity(tree)
+
+
+def test_pool_refuses_double_release() -> None:
+    pool = KVPool(1, 4, PAGE, 1, 8, dtype=__import__("torch").float32, device="cpu")
+    kv = KVTree(pool)
+    seg = kv.insert(None, [1, 2, 3, 4, 5])
+    assert pool.num_used == 2
+    kv.release(seg)
+    assert pool.num_used == 0
+    with pytest.raises(RuntimeError, match="more often"):
+        pool.release(0)

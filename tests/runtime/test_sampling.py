@@ -1,0 +1,123 @@
+"""Sampling: filters, seeds independent of the batch, stop strings across tokens, EOS, log-probs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.runtime.sampler import sample
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir) -> LM:
+    return LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=4, num_pages=1024))
+
+
+def _freqs(logits: torch.Tensor, sp: Sampling, n: int = 4000) -> Counter[int]:
+    draw = sample(logits.repeat(n, 1), [sp] * n, list(range(n)), [0] * n)
+    return Counter(draw.tokens)
+
+
+LOGITS = torch.tensor([[2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0]])
+
+
+def test_temperature_sampling_follows_softmax() -> None:
+    for temp in (0.5, 1.0, 2.0):
+        counts = _freqs(LOGITS, Sampling(temperature=temp))
+        want = torch.softmax(LOGITS[0] / temp, dim=0)
+        for tok in range(LOGITS.shape[1]):
+            assert abs(counts[tok] / 4000 - want[tok].item()) < 0.03, (temp, tok)
+
+
+def test_filters_restrict_the_support() -> None:
+    assert set(_freqs(LOGITS, Sampling(top_k=2))) == {0, 1}
+    probs = torch.softmax(LOGITS[0], 0)  # 0.42, 0.25, 0.15, ...: mass before token 2 is 0.67
+    assert set(_freqs(LOGITS, Sampling(top_p=0.6))) == {0, 1}
+    assert set(_freqs(LOGITS, Sampling(top_p=0.7))) == {0, 1, 2}
+    keep = {i for i in range(7) if probs[i] >= 0.3 * probs[0]}
+    assert set(_freqs(LOGITS, Sampling(min_p=0.3))) == keep
+    assert set(_freqs(LOGITS, Sampling(temperature=0))) == {0}
+
+
+def test_seed_gives_same_tokens_whatever_the_batch(lm: LM) -> None:
+    def build() -> tuple[ThoughtTree, list]:
+        tree = ThoughtTree(lm, prompt="the quick brown fox", seed=11)
+        return tree, [tree.root.extend(t) for t in (" jumps", " over", " the")]
+
+    sp = Sampling(max_tokens=9, temperature=1.0, ignore_eos=True)
+    t1, (a1, b1, c1) = build()
+    alone = t1.expand([b1], n=3, sampling=sp)[0]
+    t2, (a2, b2, c2) = build()
+    mixed = t2.expand([c2, b2, a2], n=3, sampling=sp)[1]
+    assert [k.tokens for k in alone] == [k.tokens for k in mixed]
+    assert len({tuple(k.tokens) for k in alone}) > 1, "siblings should differ"
+    t3, (a3, b3, c3) = build()
+    other = t3.expand([b3], n=3, sampling=Sampling(max_tokens=9, temperature=1.0, ignore_eos=True, seed=1))[0]
+    assert [k.tokens for k in other] != [k.tokens for k in alone]
+    for t in (t1, t2, t3):
+        t.prune(t.root)
+
+
+def test_logprobs_are_the_models(lm: LM) -> None:
+    tree = ThoughtTree(lm, prompt="Tree of thoughts", seed=0)
+    (kid,) = tree.expand([tree.root], n=1, sampling=Sampling(max_tokens=6, temperature=0.8, ignore_eos=True))[0]
+    path = tree.root.tokens + kid.tokens
+    logits = lm.tree_logits([path[: len(tree.root.tokens) + i] for i in range(len(kid.tokens))])
+    want = torch.log_softmax(logits, -1)[torch.arange(len(kid.tokens)), torch.tensor(kid.tokens)]
+    torch.testing.assert_close(torch.tensor(kid.metadata["token_logprobs"]), want, atol=1e-4, rtol=0)
+    assert kid.logprob == pytest.approx(float(want.sum()), abs=1e-3)
+    tree.prune(tree.root)
+
+
+def test_stops(lm: LM) -> None:
+    tree = ThoughtTree(lm, prompt="value: sure", seed=0)
+    free = Sampling(max_tokens=10, temperature=0, ignore_eos=True)
+    (ref,) = tree.expand([tree.root], sampling=free)[0]
+    assert ref.metadata["finish_reason"] == "length" and len(ref.tokens) == 10
+    texts = [lm.decode(ref.tokens[:k]) for k in range(11)]  # text after k tokens
+    # A stop string made of the end of one token's text and the start of the next stops right there.
+    i = next(
+        i for i in range(1, 8)
+        if len(texts[i + 1]) > len(texts[i]) > len(texts[i - 1]) and texts[i + 2].startswith(texts[i + 1])
+        and len(texts[i + 2]) > len(texts[i + 1])
+    )
+    stop = texts[i + 1][-1] + texts[i + 2][len(texts[i + 1])]
+    if stop in texts[i + 1]:
+        pytest.skip("the spanning stop string already occurs earlier in this random text")
+    (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=10, temperature=0, ignore_eos=True, stop=stop))[0]
+    assert kid.tokens == ref.tokens[: i + 2] and kid.metadata["finish_reason"] == "stop"
+    assert stop in kid.text and kid.text == lm.decode(kid.tokens)
+    j = next(j for j in range(2, 10) if ref.tokens[j] not in ref.tokens[:j])
+    sp = Sampling(max_tokens=10, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[j],))
+    (kid,) = tree.expand([tree.root], sampling=sp)[0]
+    assert kid.tokens == ref.tokens[: j + 1] and kid.metadata["finish_reason"] == "stop"
+    saved = lm.engine.eos
+    lm.engine.eos = {ref.tokens[j]}
+    try:
+        (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=10, temperature=0))[0]
+        assert kid.tokens == ref.tokens[: j + 1] and kid.metadata["finish_reason"] == "eos"
+        (kid,) = tree.expand([tree.root], sampling=free)[0]
+        assert kid.tokens == ref.tokens
+    finally:
+        lm.engine.eos = saved
+    tree.prune(tree.root)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(temperature=-1), "temperature"),
+        (dict(top_p=0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-2), "top_k"),
+        (dict(min_p=1.0), "min_p"),
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(stop=("",)), "stop"),
+    ],
+)
+def test_invalid_sampling_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Sampling(**kwargs)
