@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..config import Sampling
 from .backend import TreeBackend
 from .node import Node, Status
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class TreeError(RuntimeError):
@@ -173,6 +176,12 @@ class ThoughtTree:
                 if self.lm is not None:
                     self.lm.release(x.kv)
                 x.kv = None
+
+    def to_networkx(self) -> nx.DiGraph:
+        """This tree as a networkx graph; see ``thoughttree.tree.export.to_networkx``."""
+        from .export import to_networkx
+
+        return to_networkx(self)
 
     # -- checks ------------------------------------------------------------------------------
     def check_integrity(self) -> None:
