@@ -67,7 +67,8 @@ class RuntimeConfig:
     The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
     device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
-    "auto" uses the DeFT Triton kernels on CUDA and the PyTorch reference elsewhere.
+    "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
+    reference elsewhere.
     """
 
     page_size: int = 16

@@ -64,7 +64,8 @@ class LM:
         self.kv = KVTree(pool)
         attention = runtime.attention
         if attention == "auto":
-            attention = "deft" if model.device.type == "cuda" else "reference"
+            half = model.dtype in (torch.float16, torch.bfloat16)  # the kernels take 16-bit KV
+            attention = "deft" if model.device.type == "cuda" and half else "reference"
         eos = set(cfg.eos_token_ids)
         if getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))

@@ -1,0 +1,51 @@
+"""The runtime on CUDA with the DeFT kernels, checked against transformers (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import transformers
+
+from tiny_models import ARCHS, make_model
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deft_runtime_matches_transformers_in_bf16(arch: str, tmp_path) -> None:
+    path = make_model(tmp_path, arch, hidden_size=256, num_attention_heads=4, num_key_value_heads=1, head_dim=64)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
+    low = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    lm = LM.from_pretrained(path, device="cuda", dtype="bfloat16", runtime=RuntimeConfig(page_size=16, num_pages=2048))
+    assert lm.engine.attention == "deft"
+    rng = random.Random(0)
+    prefix = [1] + [rng.randrange(3, 250) for _ in range(300)]
+    seqs = [prefix + [rng.randrange(3, 250) for _ in range(rng.randint(0, 40))] for _ in range(12)]
+    got = lm.tree_logits(seqs)
+    for i, seq in enumerate(seqs):
+        ids = torch.tensor([seq], device="cuda")
+        with torch.no_grad():
+            want = ref(ids).logits[0, -1].float()
+            hf_low = low(ids).logits[0, -1].float()
+        ours, theirs = (got[i] - want).abs().max().item(), (hf_low - want).abs().max().item()
+        assert ours <= 2 * theirs + 1e-2, (arch, i, ours, theirs)
+    tree = ThoughtTree(lm, prompt=prefix, seed=0)
+    kids = tree.expand([tree.root], n=8, sampling=Sampling(max_tokens=20, ignore_eos=True))[0]
+    tree.expand(kids[:4], n=4, sampling=Sampling(max_tokens=10, temperature=0, ignore_eos=True))
+    lm.check_integrity(tree)
+    greedy = [k.children[0].tokens for k in kids[:4]]
+    for k, toks in zip(kids[:4], greedy):
+        with torch.no_grad():
+            logits = low(torch.tensor([k.path_tokens() + toks[:-1]], device="cuda")).logits[0, -len(toks):]
+        # Each greedy choice is the top token or within bf16 noise of it under transformers.
+        top = logits.max(-1).values
+        chosen = logits.gather(1, torch.tensor(toks, device="cuda")[:, None])[:, 0]
+        assert (top - chosen).max().item() < 0.25, arch
+    tree.prune(tree.root)
+    assert lm.kv.pool.num_used == 0
