@@ -141,7 +141,8 @@ def write_graphml(tree: ThoughtTree, path: str | Path) -> None:
 
 def graphml_text(tree: ThoughtTree) -> str:
     """The GraphML document of ``tree`` as a string."""
-    return "\n".join(nx.generate_graphml(to_graphml_graph(tree))) + "\n"
+    lines = nx.generate_graphml(to_graphml_graph(tree))
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + "\n".join(lines) + "\n"
 
 
 def dot_quote(value: str) -> str:

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from view_trees import build_sample_tree
+
+from thoughttree.cli import main
+from thoughttree.tree import ThoughtTree
+from thoughttree.tree.serialize import RunFile, tree_to_dict
+
+
+@pytest.fixture
+def run_file(tmp_path, monkeypatch) -> Path:
+    """Two problems: the sample tree (with a wall time) and a one-thought tree (without)."""
+    monkeypatch.setenv("COLUMNS", "120")
+    small = ThoughtTree(prompt=[7, 8])
+    small.add_child(small.root, [9, 9, 9], "only thought\n")
+    run = RunFile(
+        meta={"task": "game24", "strategy": {"name": "bfs", "breadth": 5}, "success_rate": 0.5},
+        problems=[
+            {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), "result": {"stats": {"wall_time": 1.25}}},
+            {"problem": "1 1 1 1", "tree": tree_to_dict(small), "result": {"solved": False}},
+        ],
+    )
+    path = tmp_path / "run.json"
+    run.save(path)
+    return path
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_show_draws_every_problem_or_one(run_file, capsys):
+    code, out, err = run_cli(capsys, "show", run_file)
+    assert code == 0 and err == ""
+    assert "problem 0: 4 5 6 10" in out and "problem 1: 1 1 1 1" in out
+    assert re.search(r"✓★ #8 d2 v=1 n=1 │ step b2↵", out)
+    code, out, _ = run_cli(capsys, "show", run_file, "--problem", "1")
+    assert code == 0 and "problem 0" not in out and "only thought↵" in out
+    code, out, _ = run_cli(capsys, "show", run_file, "--problem", "0", "--best")
+    assert code == 0 and "#7 " not in out and "… 4 more (6 nodes)" in out
+    code, out, _ = run_cli(capsys, "show", run_file, "--problem", "0", "--solved", "--depth", "1", "--children", "1")
+    assert code == 0 and "… 3 below" in out and "#3 " not in out
+    code, out, _ = run_cli(capsys, "show", run_file, "--problem", "0", "--width", "30")
+    assert code == 0 and max(len(ln) for ln in out.splitlines()) <= 30
+
+
+def test_stats_table_per_problem_total_and_meta(run_file, capsys):
+    code, out, err = run_cli(capsys, "stats", run_file)
+    assert code == 0 and err == ""
+    rows = {ln.split()[0]: ln for ln in out.splitlines() if re.match(r"\s*(\d:|total)", ln)}
+    #        nodes  depths  branch  prompt  gen  solved  pruned  best  time
+    assert re.search(r"11\s+1 5 5\s+2\.5\s+4\s+17\s+2\s+1\s+1\s+1\.25s", rows["0:"])
+    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+–", rows["1:"])
+    assert re.search(r"13\s+2 6 5\s+2\.2\s+6\s+20\s+2\s+1\s+1\s+1\.25s", rows["total"])
+    assert re.search(r"success_rate\s+0\.5", out) and '{"breadth": 5, "name": "bfs"}' in out
+    code, out, _ = run_cli(capsys, "stats", run_file, "--total")
+    assert code == 0 and "total (2)" in out and "4 5 6 10" not in out
+
+
+def test_stats_on_a_narrow_terminal_lists_metrics_down_the_page(run_file, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    code, out, _ = run_cli(capsys, "stats", run_file, "--problem", "0")
+    assert code == 0 and max(len(ln) for ln in out.splitlines()) <= 40
+    assert re.search(r"branch\s+2\.5", out) and re.search(r"time\s+1\.25s", out)
+
+
+def test_export_writes_graphml_dot_and_json(run_file, tmp_path, capsys):
+    graphml = tmp_path / "t.graphml"
+    assert run_cli(capsys, "export", run_file, "--problem", "0", "--format", "graphml", "--output", graphml)[0] == 0
+    graph = nx.read_graphml(graphml, node_type=int)
+    assert graph.number_of_nodes() == 11 and graph.number_of_edges() == 10
+    assert graph.nodes[8]["status"] == "solved"
+    dot = tmp_path / "t.dot"
+    assert run_cli(capsys, "export", run_file, "--problem", "1", "--format", "dot", "--output", dot)[0] == 0
+    assert re.search(r"^\s*n0 -> n1 \[", dot.read_text(), re.M)
+    code, out, _ = run_cli(capsys, "export", run_file, "--problem", "0", "--format", "json")
+    assert code == 0 and json.loads(out) == json.loads(json.dumps(tree_to_dict(build_sample_tree())))
+    code, out, _ = run_cli(capsys, "export", run_file, "--problem", "1", "--format", "graphml")
+    assert code == 0 and out.startswith("<?xml")
+    assert nx.parse_graphml(out, node_type=int).number_of_nodes() == 2
+
+
+def error_line(capsys, *argv: str) -> str:
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_bad_run_files_give_one_clear_line_and_status_2(tmp_path, capsys):
+    missing = tmp_path / "missing.json"
+    assert "no run file at" in error_line(capsys, "show", missing)
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"format": "thoughttree.run", "version": 1, "probl')
+    assert "not valid JSON" in error_line(capsys, "stats", corrupt)
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"format": "thoughttree.run", "version": 99, "meta": {}, "problems": []}))
+    assert "newer thoughttree" in error_line(capsys, "export", newer, "--format", "json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"hello": "world"}))
+    assert "not a thoughttree run file" in error_line(capsys, "show", other)
+    broken_tree = tmp_path / "broken.json"
+    broken_tree.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": [{"tree": {"nodes": 3}}]}))
+    assert "problem 0" in error_line(capsys, "stats", broken_tree)
+
+
+def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys):
+    assert "out of range" in error_line(capsys, "show", run_file, "--problem", "2")
+    assert "0..1" in error_line(capsys, "stats", run_file, "--problem", "7")
+    assert "choose one with --problem" in error_line(capsys, "export", run_file, "--format", "dot")
+    nowhere = tmp_path / "no" / "such" / "dir" / "t.dot"
+    assert "cannot write" in error_line(capsys, "export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)
+    assert main([]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage errors keep its status 2
+        main(["show", str(run_file), "--children", "0"])
+    assert exc.value.code == 2
