@@ -1,0 +1,169 @@
+"""Monte Carlo tree search over thoughts with batched, virtual-loss leaf selection.
+
+A round selects up to ``leaves_per_round`` leaves: each descent from the root follows the best
+child by UCT or PUCT and leaves a virtual loss on its path (counted as extra visits valued at the
+evaluator's minimum), so the next descent of the same round prefers other branches and all the
+chosen leaves expand in one batch. Each expanded leaf gets ``samples`` children; every child is
+evaluated (a value estimate, or a rollout when ``rollout`` is set) and backed up to the root.
+
+Saved in the tree: a node's ``visits`` (N) and ``metadata["value_sum"]`` (W, raw values), and
+the root's ``metadata["mcts_iterations"]``. A descent that ends on a finished node backs its
+value up again without model work.
+
+UCT:  Q + c * sqrt(ln N_parent / N)
+PUCT: Q + c * P * sqrt(N_parent) / (1 + N), P = softmax over siblings of each child's per-token
+log-probability / prior_temperature (the LM's prior). Q = W / N scaled into [0, 1] by the
+evaluator's bounds when they are finite.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..tree import Node, Status
+from .base import Outcome, Step, StrategyBase, choose, positive_int
+
+ITERATIONS = "mcts_iterations"
+VALUE_SUM = "value_sum"
+
+
+@dataclass(frozen=True)
+class MCTSConfig:
+    iterations: int = 32
+    leaves_per_round: int = 4
+    samples: int = 3
+    c: float = 1.0
+    rule: str = "uct"
+    virtual_loss: int = 1
+    max_depth: int = 8
+    prior_temperature: float = 1.0
+    evaluations: int | None = None
+    rollout: Any = None
+    stop_on_solution: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "leaves_per_round", "samples", "max_depth"):
+            positive_int(getattr(self, name), name, "MCTS")
+        positive_int(self.evaluations, "evaluations", "MCTS", allow_none=True)
+        choose("uct|puct", self.rule, "rule", "MCTS")
+        if not self.c >= 0:
+            raise ValueError(f"MCTS: c must be >= 0, got {self.c!r}")
+        if not isinstance(self.virtual_loss, int) or self.virtual_loss < 0:
+            raise ValueError(f"MCTS: virtual_loss must be an integer >= 0, got {self.virtual_loss!r}")
+        if not self.prior_temperature > 0:
+            raise ValueError(f"MCTS: prior_temperature must be > 0, got {self.prior_temperature!r}")
+        if self.rollout is not None and not callable(getattr(self.rollout, "evaluate", None)):
+            raise ValueError("MCTS: rollout must be an evaluator such as thoughttree.tasks.Rollout(reward=...)")
+
+
+class MCTS(StrategyBase):
+    """UCT / PUCT tree search; several leaves per round so expansions batch."""
+
+    Config = MCTSConfig
+    config: MCTSConfig
+
+    def step(self) -> Step | None:
+        pending = self.pending()
+        if pending:
+            return self._step(evaluate=pending)
+        root = self.tree.root
+        done = root.metadata.get(ITERATIONS, 0)
+        if done >= self.config.iterations:
+            return None
+        virtual: dict[int, int] = {}
+        leaves: list[Node] = []
+        progressed = False
+        for _ in range(min(self.config.leaves_per_round, self.config.iterations - done)):
+            path = self.descend(virtual)
+            if path is None:
+                break
+            leaf = path[-1]
+            if any(leaf is x for x in leaves):
+                break  # every branch is already taken this round
+            root.metadata[ITERATIONS] = root.metadata.get(ITERATIONS, 0) + 1
+            progressed = True
+            if leaf.status in (Status.TERMINAL, Status.SOLVED):
+                if leaf.value is not None:
+                    self.backup(leaf, leaf.value)
+                continue
+            leaves.append(leaf)
+            for x in path:
+                virtual[x.id] = virtual.get(x.id, 0) + self.config.virtual_loss
+        if not progressed:
+            return None
+        return self._step(expand=leaves)
+
+    def _step(self, expand: list[Node] = (), evaluate: list[Node] = ()) -> Step:
+        return Step(expand=sorted(expand, key=lambda n: n.id), evaluate=evaluate, n=self.config.samples,
+                    evaluations=self.config.evaluations, evaluator=self.config.rollout)
+
+    def update(self, outcome: Outcome) -> None:
+        for node in self.tree.nodes:
+            if node.parent is not None and node.alive and node.value is not None and node.visits == 0:
+                self.backup(node, node.value)
+                if node.depth >= self.config.max_depth and node.status is Status.OPEN:
+                    node.status = Status.TERMINAL
+                    node.metadata["finish_reason"] = "depth limit"
+
+    def backup(self, node: Node, value: float) -> None:
+        for x in node.path():
+            x.visits += 1
+            x.metadata[VALUE_SUM] = x.metadata.get(VALUE_SUM, 0.0) + value
+
+    def descend(self, virtual: dict[int, int]) -> list[Node] | None:
+        """The path from the root to the leaf to expand (or finished node to revisit); None if none is left."""
+        node = self.tree.root
+        path = [node]
+        while not (node.status is Status.OPEN and node.is_leaf) and node.status not in (Status.TERMINAL, Status.SOLVED):
+            kids = [c for c in node.children if c.alive and c.value is not None]
+            if not kids:
+                return None
+            node = self.choose(node, kids, virtual)
+            path.append(node)
+        return path
+
+    def choose(self, parent: Node, kids: list[Node], virtual: dict[int, int]) -> Node:
+        lo, hi = (self.config.rollout or self.ctx.evaluator).bounds
+        scale = hi - lo if math.isfinite(lo) and math.isfinite(hi) and hi > lo else None
+        n_parent = max(1, parent.visits + virtual.get(parent.id, 0))
+        priors = self.priors(kids) if self.config.rule == "puct" else None
+        best, best_score = kids[0], -math.inf
+        for i, kid in enumerate(kids):
+            v = virtual.get(kid.id, 0)
+            n = kid.visits + v
+            if n == 0:
+                return kid
+            w = kid.metadata.get(VALUE_SUM, 0.0) + v * (lo if scale is not None else 0.0)
+            q = w / n
+            if scale is not None:
+                q = (q - lo) / scale
+            if priors is None:
+                score = q + self.config.c * math.sqrt(math.log(n_parent) / n)
+            else:
+                score = q + self.config.c * priors[i] * math.sqrt(n_parent) / (1 + n)
+            if score > best_score:
+                best, best_score = kid, score
+        return best
+
+    def priors(self, kids: list[Node]) -> list[float]:
+        logits = []
+        for kid in kids:
+            lp = kid.logprob if kid.logprob == kid.logprob else 0.0
+            logits.append(lp / max(1, len(kid.tokens)) / self.config.prior_temperature)
+        top = max(logits)
+        weights = [math.exp(x - top) for x in logits]
+        total = sum(weights)
+        return [w / total for w in weights]
+
+    def best(self) -> Node | None:
+        solved = [n for n in self.tree.nodes if n.status is Status.SOLVED]
+        if solved:
+            return max(solved, key=lambda n: (n.value if n.value is not None else -math.inf, -n.id))
+        node = self.tree.root
+        while True:
+            kids = [c for c in node.children if c.alive and c.visits > 0]
+            if not kids:
+                return node if node.parent is not None else None
+            node = max(kids, key=lambda c: (c.visits, c.metadata.get(VALUE_SUM, 0.0) / c.visits, -c.id))

@@ -1,0 +1,23 @@
+"""Tasks: what a search asks the model and how it scores and checks the answers.
+
+Subclass :class:`Task` for a new problem family; pick an evaluator from
+:mod:`thoughttree.tasks.evaluate` (or write one with the same ``evaluate`` method).
+"""
+
+from .base import Propose, Sample, Task, TaskConfig, TaskError
+from .evaluate import Evaluator, LogProb, Rollout, ValuePrompt, Verifier, Vote, parse_choice
+
+__all__ = [
+    "Evaluator",
+    "LogProb",
+    "Propose",
+    "Rollout",
+    "Sample",
+    "Task",
+    "TaskConfig",
+    "TaskError",
+    "ValuePrompt",
+    "Verifier",
+    "Vote",
+    "parse_choice",
+]
