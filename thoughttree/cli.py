@@ -73,12 +73,12 @@ def _select(run: RunFile, index: int | None, path: Path) -> list[tuple[int, dict
 
 
 def _wall_time(result: Any) -> float | None:
-    """Seconds the problem took, from ``result["stats"]["wall_time"]`` or ``result["wall_time"]``."""
+    """Seconds the problem took: ``wall_time`` in the result's "statistics" or "stats", or at its top."""
     if not isinstance(result, dict):
         return None
-    stats = result.get("stats")
-    for source in (stats if isinstance(stats, dict) else {}, result):
-        value = source.get("wall_time")
+    sources = [result.get(k) for k in ("statistics", "stats")] + [result]
+    for source in sources:
+        value = source.get("wall_time") if isinstance(source, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     return None

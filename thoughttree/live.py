@@ -10,6 +10,7 @@ at once.
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 from typing import Any, Mapping
 
@@ -25,20 +26,25 @@ from .tree.thought_tree import ThoughtTree
 # Known statistics get a short label and a unit; any other key is shown under its own name.
 _LABELS: dict[str, tuple[str, str]] = {
     "round": ("round", ""),
+    "rounds": ("rounds", ""),
     "nodes": ("nodes", ""),
     "tokens_per_s": ("tok/s", ""),
     "reuse_factor": ("KV reuse", "×"),
+    "kv_reuse": ("KV reuse", "×"),
     "best_value": ("best", ""),
+    "wall_time": ("time", " s"),
 }
 
 
 def format_stat(value: Any) -> str:
-    """A statistic for one glance: ints with thousands separators, floats to 4 significant digits."""
+    """A statistic for one glance: ints with thousands separators, floats to 4 significant digits, NaN as –."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
         return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
     return str(value)
 
@@ -51,7 +57,8 @@ def stats_line(stats: Mapping[str, Any]) -> Text:
         if i:
             out.append("  ·  ", "dim")
         out.append(f"{label} ", "dim")
-        out.append(format_stat(value) + unit, "bold")
+        text = format_stat(value)
+        out.append(text + (unit if text != "–" else ""), "bold")
     return out
 
 

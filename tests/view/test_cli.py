@@ -15,7 +15,7 @@ from thoughttree.tree.serialize import RunFile, tree_to_dict
 
 @pytest.fixture
 def run_file(tmp_path, monkeypatch) -> Path:
-    """Two problems: the sample tree (with a wall time) and a one-thought tree (without)."""
+    """The sample tree (time in "stats"), a one-thought tree without a time, and one with it in "statistics"."""
     monkeypatch.setenv("COLUMNS", "120")
     small = ThoughtTree(prompt=[7, 8])
     small.add_child(small.root, [9, 9, 9], "only thought\n")
@@ -24,6 +24,7 @@ def run_file(tmp_path, monkeypatch) -> Path:
         problems=[
             {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), "result": {"stats": {"wall_time": 1.25}}},
             {"problem": "1 1 1 1", "tree": tree_to_dict(small), "result": {"solved": False}},
+            {"problem": "2 2 2 2", "tree": tree_to_dict(small), "result": {"statistics": {"wall_time": 0.5}}},
         ],
     )
     path = tmp_path / "run.json"
@@ -59,10 +60,11 @@ def test_stats_table_per_problem_total_and_meta(run_file, capsys):
     #        nodes  depths  branch  prompt  gen  solved  pruned  best  time
     assert re.search(r"11\s+1 5 5\s+2\.5\s+4\s+17\s+2\s+1\s+1\s+1\.25s", rows["0:"])
     assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+–", rows["1:"])
-    assert re.search(r"13\s+2 6 5\s+2\.2\s+6\s+20\s+2\s+1\s+1\s+1\.25s", rows["total"])
+    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+0\.50s", rows["2:"])  # a search result's "statistics"
+    assert re.search(r"15\s+3 7 5\s+2\s+8\s+23\s+2\s+1\s+1\s+1\.75s", rows["total"])
     assert re.search(r"success_rate\s+0\.5", out) and '{"breadth": 5, "name": "bfs"}' in out
     code, out, _ = run_cli(capsys, "stats", run_file, "--total")
-    assert code == 0 and "total (2)" in out and "4 5 6 10" not in out
+    assert code == 0 and "total (3)" in out and "4 5 6 10" not in out
 
 
 def test_stats_on_a_narrow_terminal_lists_metrics_down_the_page(run_file, capsys, monkeypatch):
@@ -113,8 +115,8 @@ def test_bad_run_files_give_one_clear_line_and_status_2(tmp_path, capsys):
 
 
 def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys):
-    assert "out of range" in error_line(capsys, "show", run_file, "--problem", "2")
-    assert "0..1" in error_line(capsys, "stats", run_file, "--problem", "7")
+    assert "out of range" in error_line(capsys, "show", run_file, "--problem", "3")
+    assert "0..2" in error_line(capsys, "stats", run_file, "--problem", "7")
     assert "choose one with --problem" in error_line(capsys, "export", run_file, "--format", "dot")
     nowhere = tmp_path / "no" / "such" / "dir" / "t.dot"
     assert "cannot write" in error_line(capsys, "export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)

@@ -27,6 +27,8 @@ def test_stats_are_labelled_and_formatted():
     text = stats_line(STATS).plain
     assert text == "round 3  ·  nodes 12,345  ·  tok/s 5321  ·  KV reuse 3.211×  ·  best 0.9  ·  queue depth 7"
     assert stats_line({}).plain == ""
+    searched = {"rounds": 4, "kv_reuse": float("nan"), "wall_time": 0.51234, "generated_tokens": 812}
+    assert stats_line(searched).plain == "rounds 4  ·  KV reuse –  ·  time 0.5123 s  ·  generated tokens 812"
 
 
 def test_live_view_shows_the_tree_and_the_statistics():
