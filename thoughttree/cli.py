@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .live import format_stat
 from .tree.export import graphml_text, to_dot
-from .tree.render import one_line, show
+from .tree.render import legend, one_line, show
 from .tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
 from .tree.summary import TreeSummary, combine, summarize
 from .tree.thought_tree import ThoughtTree
@@ -112,7 +112,9 @@ def run_show(args: argparse.Namespace) -> int:
             best_only=args.best,
             solved_only=args.solved,
             width=args.width,
+            with_legend=False,
         )
+    console.print(legend(), width=args.width)
     return 0
 
 
@@ -233,7 +235,9 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_show, add_stats, add_e
 
 
 def build_parser(commands: Sequence[Callable[[Subparsers], None]] = COMMANDS) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="thoughttree", description="LLM reasoning search on a shared-prefix KV runtime")
+    parser = argparse.ArgumentParser(
+        prog="thoughttree", description="LLM reasoning search on a shared-prefix KV runtime"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in commands:
         add(sub)

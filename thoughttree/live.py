@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import math
 from types import TracebackType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from .tree.render import ViewOptions, layout, legend
-from .tree.thought_tree import ThoughtTree
+
+if TYPE_CHECKING:
+    from .tree.thought_tree import ThoughtTree
 
 # Known statistics get a short label and a unit; any other key is shown under its own name.
 _LABELS: dict[str, tuple[str, str]] = {

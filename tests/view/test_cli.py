@@ -22,7 +22,8 @@ def run_file(tmp_path, monkeypatch) -> Path:
     run = RunFile(
         meta={"task": "game24", "strategy": {"name": "bfs", "breadth": 5}, "success_rate": 0.5},
         problems=[
-            {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), "result": {"stats": {"wall_time": 1.25}}},
+            {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), 
+             "result": {"stats": {"wall_time": 1.25}}},
             {"problem": "1 1 1 1", "tree": tree_to_dict(small), "result": {"solved": False}},
             {"problem": "2 2 2 2", "tree": tree_to_dict(small), "result": {"statistics": {"wall_time": 0.5}}},
         ],
@@ -42,6 +43,7 @@ def test_show_draws_every_problem_or_one(run_file, capsys):
     code, out, err = run_cli(capsys, "show", run_file)
     assert code == 0 and err == ""
     assert "problem 0: 4 5 6 10" in out and "problem 1: 1 1 1 1" in out
+    assert out.count("★ best path") == 1 and out.rstrip().endswith("★ best path")  # one legend, at the end
     assert re.search(r"✓★ #8 d2 v=1 n=1 │ step b2↵", out)
     code, out, _ = run_cli(capsys, "show", run_file, "--problem", "1")
     assert code == 0 and "problem 0" not in out and "only thought↵" in out
@@ -110,7 +112,7 @@ def test_bad_run_files_give_one_clear_line_and_status_2(tmp_path, capsys):
     other.write_text(json.dumps({"hello": "world"}))
     assert "not a thoughttree run file" in error_line(capsys, "show", other)
     broken_tree = tmp_path / "broken.json"
-    broken_tree.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": [{"tree": {"nodes": 3}}]}))
+    broken_tree.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": [{"tree": {"a": 3}}]}))
     assert "problem 0" in error_line(capsys, "stats", broken_tree)
 
 
@@ -119,7 +121,8 @@ def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys
     assert "0..2" in error_line(capsys, "stats", run_file, "--problem", "7")
     assert "choose one with --problem" in error_line(capsys, "export", run_file, "--format", "dot")
     nowhere = tmp_path / "no" / "such" / "dir" / "t.dot"
-    assert "cannot write" in error_line(capsys, "export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)
+    argv = ("export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)
+    assert "cannot write" in error_line(capsys, *argv)
     assert main([]) == 2
     with pytest.raises(SystemExit) as exc:  # argparse's own usage errors keep its status 2
         main(["show", str(run_file), "--children", "0"])
