@@ -103,7 +103,9 @@ class LiveView:
             transient=transient,
             vertical_overflow="ellipsis",
         )
+        self.transient = transient
         self._entered = False
+        self._shown = False
 
     def __enter__(self) -> LiveView:
         self._live.__enter__()
@@ -115,6 +117,9 @@ class LiveView:
     ) -> None:
         self._entered = False
         self._live.__exit__(exc_type, exc, tb)
+        # rich ends the last frame with a newline only on terminals; a log file needs one too.
+        if self._shown and not self.transient and not self.console.is_terminal:
+            self.console.line()
 
     def update(self, tree: ThoughtTree, stats: Mapping[str, Any] | None = None) -> None:
         """Show ``tree`` and ``stats`` (any keys; "round", "nodes", "tokens_per_s", "reuse_factor" and
@@ -122,6 +127,7 @@ class LiveView:
         if not self._entered:
             raise RuntimeError("LiveView.update was called outside its with-block; use `with LiveView() as view:`")
         self._live.update(self.renderable(tree, stats or {}))
+        self._shown = True
 
     def renderable(self, tree: ThoughtTree, stats: Mapping[str, Any]) -> RenderableType:
         """What :meth:`update` draws: the cut tree in a titled panel, the legend, then the statistics."""

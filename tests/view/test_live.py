@@ -38,6 +38,7 @@ def test_live_view_shows_the_tree_and_the_statistics():
     with LiveView(console=console, title="game24 · BFS") as view:
         view.update(tree, STATS)
     out = console.export_text()
+    assert out.endswith("queue depth 7\n")  # the last frame ends its line, even in a file
     assert "game24 · BFS" in out
     assert "round 3" in out and "tok/s 5321" in out and "queue depth 7" in out
     assert re.search(r"✓★ #8 d2", out)
