@@ -170,10 +170,13 @@ class FakeLM:
     ) -> list[list[Generation]]:
         if self.children is None:
             raise AssertionError("this FakeLM has no children script")
+        # Like thoughttree.LM, KV missing on the paths is prefilled within the decode's first step.
+        todo: list[Node] = []
         for node in nodes:
-            missing = [x.id for x in node.path() if x.kv is None]
-            if missing:
-                raise AssertionError(f"generate under node {node.id}: nodes {missing} have no KV; materialize first")
+            todo += [x for x in node.path() if x.kv is None and all(x is not t for t in todo)]
+        for x in todo:
+            x.kv = self._new_kv(len(x.tokens))
+        self.stats.prefill_tokens += sum(len(x.tokens) for x in todo)
         self.calls.append(("generate", sum(samples)))
         out, contexts, lengths = [], [], []
         for node, k, node_seeds in zip(nodes, samples, seeds):

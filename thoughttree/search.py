@@ -1,7 +1,7 @@
 """The search driver: rounds of select -> expand (one batch) -> evaluate (one batch) -> update.
 
 >>> result = search(MyTask(), BFS(breadth=5, samples=3, depth=3), lm, problem="...", seed=0)
->>> result.answer, result.statistics.kv_reuse
+>>> result.answer, result.statistics.reuse_factor
 >>> result.save("run.json")
 
 A search stops when the strategy is finished, when a :class:`Budget` limit is reached (it then
@@ -76,13 +76,14 @@ def search(
     problem: Any,
     seed: int = 0,
     budget: Budget | None = None,
-    live: bool = False,
+    live: bool | Any = False,
     tree: ThoughtTree | None = None,
 ) -> SearchResult:
     """Run ``strategy`` on ``problem`` of ``task`` with model ``lm``; see the module docstring.
 
     ``tree``: continue a saved search (its seed is used; the root must be ``task.prompt(problem)``).
-    ``live``: show the tree and statistics in the terminal while searching.
+    ``live``: True shows the tree and statistics in the terminal while searching (a
+    ``thoughttree.live.LiveView`` may be passed instead, e.g. one with its own console).
     """
     budget = Budget() if budget is None else budget
     if not isinstance(budget, Budget):
@@ -101,11 +102,11 @@ def search(
         "budget": asdict(budget),
     }
     run = _Run(lm, tree, ctx, strategy, settings)
-    view = _live_view(task, strategy) if live else nullcontext()
+    view = _live_view(task, strategy) if live is True else live or None
     try:
-        with view:
+        with view if view is not None else nullcontext():
             strategy.start(tree, ctx)
-            stopped = run.loop(budget, view if live else None)
+            stopped = run.loop(budget, view)
     except KeyboardInterrupt:
         stopped = "interrupted"
     except Exception as exc:
@@ -147,7 +148,8 @@ class _Run:
             self.rounds += 1
             self.per_round.append(stats)
             if view is not None:
-                view.update(self.tree, self.statistics().as_mapping())
+                best = self.strategy.best()
+                view.update(self.tree, self.statistics().display(None if best is None else best.value))
 
     def strategy_done_by_solution(self) -> bool:
         stop = getattr(getattr(self.strategy, "config", None), "stop_on_solution", False)

@@ -78,14 +78,22 @@ class Statistics:
     per_round: tuple[RoundStats, ...] = field(default=(), repr=False)
 
     @property
-    def kv_reuse(self) -> float:
+    def reuse_factor(self) -> float:
         """Attended over unique KV tokens: how often each stored token was read per step (1 = no sharing)."""
-        return self.attended_tokens / self.unique_tokens if self.unique_tokens else math.nan
+        return self.attended_tokens / self.unique_tokens if self.unique_tokens else 1.0
 
-    def as_mapping(self) -> dict[str, float]:
-        """Flat numbers for display (the live view, progress lines)."""
-        out: dict[str, float] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "per_round"}
-        out["kv_reuse"] = self.kv_reuse
+    def display(self, best_value: float | None = None) -> dict[str, float]:
+        """The numbers a live view shows after a round."""
+        out: dict[str, float] = {
+            "round": self.rounds,
+            "nodes": self.nodes,
+            "forward_steps": self.forward_steps,
+            "generated_tokens": self.generated_tokens,
+            "tokens_per_s": self.generated_tokens / self.wall_time if self.wall_time > 0 else 0.0,
+            "reuse_factor": self.reuse_factor,
+        }
+        if best_value is not None:
+            out["best_value"] = best_value
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,72 @@
+"""Beam search over thoughts and over tokens against the scripted fake runtime."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fakes import EOS_TEXT, FakeLM, ScriptTask
+
+from thoughttree import Status
+from thoughttree.search import search
+from thoughttree.strategies import Beam
+
+# Per-character log-probabilities; ";" is free, so a thought's score is its letter's.
+LP = {"a": -1.0, "b": -0.5, "c": -0.2, "d": -3.0, "e": -0.9, "f": -2.0, "g": -0.1, "h": -4.0}
+TABLE = {"Q:": ["a;", "b;"], "Q:a;": ["c;", "d;"], "Q:b;": ["e;", "f;"], "Q:a;c;": ["g;"], "Q:b;e;": ["h;"]}
+
+
+def fake():
+    return FakeLM(children=TABLE, token_logprob=lambda context, ch: LP.get(ch, 0.0))
+
+
+def live_leaves(tree):
+    return sorted(n.path_text(include_root=False) for n in tree.nodes if n.is_leaf and n.alive and n.parent)
+
+
+def test_thought_beam_keeps_the_best_paths_across_parents():
+    lm = fake()
+    result = search(ScriptTask(), Beam(width=2, samples=2, length_penalty=0.0, max_steps=2), lm, problem="Q")
+    # sums: a;c; -1.2, a;d; -4.0, b;e; -1.4, b;f; -2.5 -> keep a;c; and b;e;
+    assert live_leaves(result.tree) == ["a;c;", "b;e;"]
+    assert {n.text for n in result.tree.nodes if n.status is Status.PRUNED} == {"d;", "f;"}
+    assert [c for c in lm.calls if c[0] == "generate"] == [("generate", 2), ("generate", 4)]
+    assert not [c for c in lm.calls if c[0] == "complete"]  # log-probability scores need no evaluation
+    assert result.best.path_text(include_root=False) == "a;c;"
+    lm.check_kv([result.tree])
+
+
+def test_length_penalty_favours_the_better_per_token_path():
+    lm = fake()
+    beam = Beam(width=1, samples=2, length_penalty=1.0, max_steps=3)
+    result = search(ScriptTask(), beam, lm, problem="Q")
+    # width 1: b; (-0.25/token) beats a; (-0.5); then b;e; (-1.4/4) beats b;f;; then b;e;h;
+    assert live_leaves(result.tree) == ["b;e;h;"]
+    node = result.best
+    assert beam.score(node) == pytest.approx((-0.5 - 0.9 - 4.0) / 6)
+
+
+def test_token_beam_ranks_by_model_log_probabilities():
+    logits = {"Q:": {"a": 2.0, "b": 1.0, "c": 0.0}, "Q:a": {EOS_TEXT: 3.0, "x": 0.0},
+              "Q:b": {"y": 1.1, "z": 1.0}, "Q:by": {EOS_TEXT: 0.0}}
+    lm = FakeLM(logits=lambda context: logits[context])
+    task = ScriptTask(terminal=lambda node: node.metadata["finish_reason"] == "eos")
+    result = search(task, Beam(width=2, unit="token", length_penalty=0.0, max_steps=3), lm, problem="Q")
+    tree = result.tree
+    assert [c for c in lm.calls if c[0] == "tree_logits"] == [("tree_logits", 1), ("tree_logits", 2),
+                                                             ("tree_logits", 1)]
+    finished = sorted(n.path_text(include_root=False) for n in tree.nodes if n.status is Status.TERMINAL)
+    assert finished == ["a" + EOS_TEXT, "by" + EOS_TEXT]
+    assert {n.path_text(include_root=False) for n in tree.nodes if n.status is Status.PRUNED} >= {"ax", "bz"}
+    lse = math.log(math.exp(2) + math.exp(1) + 1 + 256 * math.exp(-30))
+    assert result.best.path_text(include_root=False) == "a" + EOS_TEXT
+    assert tree.nodes[1].logprob == pytest.approx(2.0 - lse, abs=1e-5)
+
+
+def test_beam_options_are_validated():
+    with pytest.raises(ValueError, match="unit must be one of"):
+        Beam(unit="word")
+    with pytest.raises(ValueError, match="length_penalty must be >= 0"):
+        Beam(length_penalty=-1)
+    with pytest.raises(ValueError, match="score='logprob'"):
+        Beam(unit="token", score="value")

@@ -1,0 +1,95 @@
+"""Evaluators: one batched model call each, seeds from node ids, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FakeLM, ScriptConfig, ScriptTask
+
+from thoughttree import Sampling, ThoughtTree
+from thoughttree.search import search
+from thoughttree.strategies import BFS
+from thoughttree.tasks import LogProb, TaskError, ValuePrompt, Vote, parse_choice
+
+LABELS = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
+
+
+def small_tree(lm):
+    tree = ThoughtTree(lm, prompt="Q:", seed=3)
+    kids = tree.expand([tree.root], n=3)[0]
+    return tree, kids
+
+
+def test_value_prompt_seeds_do_not_depend_on_the_batch():
+    lm = FakeLM(children={"Q:": ["a;", "b;", "c;"]}, answers=lambda prompt, seed: ["sure", "likely", "no idea"][seed % 3])
+    tree, kids = small_tree(lm)
+    ev = ValuePrompt(prompt=lambda p, n: f"v {n.text}", labels=LABELS, samples=4)
+    alone = ev.evaluate(lm, "Q", [kids[2]], seed=tree.seed)
+    together = ev.evaluate(lm, "Q", kids, seed=tree.seed)
+    assert together[2] == alone[0]
+    assert lm.calls[-1] == ("complete", 12)
+
+
+def test_value_prompt_reads_the_last_line_and_counts_unknown_answers():
+    ev = ValuePrompt(prompt=lambda p, n: "v", labels=LABELS, unknown=0.5)
+    assert ev.label_of("6 * 4 = 24\nsure") == "sure"
+    assert ev.label_of("it is likely reachable") == "likely"
+    assert ev.label_of("maybe") is None
+    assert ev.bounds == (0.001, 20.0)
+    lm = FakeLM(children={"Q:": ["a;", "b;", "c;"]}, answers=lambda prompt, seed: "maybe")
+    _, kids = small_tree(lm)
+    assert ev.evaluate(lm, "Q", kids[:1], seed=0) == [0.5]
+
+
+def test_value_prompt_fork_continues_the_node_path():
+    prompts = []
+    lm = FakeLM(children={"Q:": ["a;", "b;", "c;"]}, answers=lambda p, s: prompts.append(p) or "likely")
+    _, kids = small_tree(lm)
+    ev = ValuePrompt(prompt=lambda p, n: " ok?", labels=LABELS, samples=1, fork=True)
+    assert ev.evaluate(lm, "Q", kids, seed=0) == [1.0, 1.0, 1.0]
+    assert prompts == ["Q:a; ok?", "Q:b; ok?", "Q:c; ok?"]
+    assert lm.calls[-1] == ("complete_from", 3)
+
+
+def test_vote_groups_siblings_and_shares_votes():
+    def answers(prompt, seed):
+        return "The best choice is 2" if "a;" in prompt else "The best choice is 1"
+
+    lm = FakeLM(children={"Q:": ["a;", "b;"], "R:": ["c;", "d;"]}, answers=answers)
+    tree = ThoughtTree(lm, prompt="Q:")
+    other = tree.add_root(lm.encode("R:", add_bos=True))
+    a, b = tree.expand([tree.root], n=2)[0]
+    c, d = tree.expand([other], n=2)[0]
+    ev = Vote(prompt=lambda p, parent, cands: "choose " + " ".join(n.text for n in cands), samples=3)
+    assert ev.evaluate(lm, "Q", [a, c, b, d], seed=0) == [0.0, 1.0, 1.0, 0.0]
+    assert lm.calls[-1] == ("complete", 6)
+    assert parse_choice("the best choice is 7", 3) is None
+
+
+def test_log_prob_scores_proposed_text_with_one_tree_logits_call():
+    lm = FakeLM(children={}, answers=lambda p, s: "x;\ny;\n",
+                logits=lambda context: {"x": 1.0, "y": 0.0, ";": 2.0, "\n": 2.0})
+    task = ScriptTask(evaluator=LogProb(normalize=False), propose=lambda node: "propose " + node.path_text(),
+                      config=ScriptConfig(sampling=Sampling(max_tokens=16)))
+    result = search(task, BFS(breadth=2, samples=1, depth=1), lm, problem="Q")
+    kids = result.tree.root.children
+    assert [k.text for k in kids] == ["x;\n", "y;\n"]
+    assert kids[0].value > kids[1].value
+    assert [c for c in lm.calls if c[0] == "tree_logits"] == [("tree_logits", 6)]
+
+
+def test_evaluator_errors_name_the_problem():
+    lm = FakeLM(children={"Q:": ["a;", "b;", "c;"]}, answers=lambda p, s: "sure")
+    _, kids = small_tree(lm)
+    with pytest.raises(TaskError, match="ValuePrompt.prompt returned NoneType"):
+        ValuePrompt(prompt=lambda p, n: None, labels=LABELS).evaluate(lm, "Q", kids, seed=0)
+    with pytest.raises(ValueError, match="needs labels"):
+        ValuePrompt(prompt=lambda p, n: "v", labels={})
+    with pytest.raises(ValueError, match="samples must be an integer >= 1"):
+        Vote(prompt=lambda *a: "v", samples=0)
+    with pytest.raises(TaskError, match="tree_logits"):
+        LogProb().evaluate(object(), "Q", [_bare_child()], seed=0)
+
+
+def _bare_child():
+    tree = ThoughtTree(None, prompt=[1, 5])
+    return tree.add_child(tree.root, [6], "x")

@@ -1,0 +1,102 @@
+"""MCTS against the scripted fake runtime: UCT/PUCT selection, virtual loss, visits, backup."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fakes import FakeLM, ScriptTask
+
+from thoughttree import Status
+from thoughttree.search import search
+from thoughttree.strategies import MCTS
+from thoughttree.tasks import Rollout
+
+TABLE = {"Q:": ["a;", "b;"], "Q:a;": ["c;", "d;"], "Q:b;": ["e;", "f;"], "Q:b;e;": ["g;", "h;"]}
+VALUES = {"a;": 0.2, "b;": 0.8, "a;c;": 0.1, "a;d;": 0.3, "b;e;": 0.9, "b;f;": 0.5, "b;e;g;": 1.0, "b;e;h;": 0.0}
+
+
+def by_text(tree):
+    return {n.path_text(include_root=False): n for n in tree.nodes}
+
+
+def test_virtual_loss_spreads_one_round_over_two_branches_and_visits_add_up():
+    lm = FakeLM(children=TABLE)
+    result = search(ScriptTask(VALUES), MCTS(iterations=3, leaves_per_round=2, samples=2, c=1.0), lm, problem="Q")
+    nodes = by_text(result.tree)
+    # round 1 expands the root; round 2 picks b; (UCT 1.63) then, under b;'s virtual loss, a; (1.25 vs 1.14)
+    assert [c for c in lm.calls if c[0] == "generate"] == [("generate", 2), ("generate", 4)]
+    assert {k: n.visits for k, n in nodes.items()} == {"": 6, "a;": 3, "b;": 3, "a;c;": 1, "a;d;": 1,
+                                                       "b;e;": 1, "b;f;": 1}
+    assert nodes[""].metadata["value_sum"] == pytest.approx(2.8)
+    assert nodes["b;"].metadata["value_sum"] == pytest.approx(0.8 + 0.9 + 0.5)
+    assert nodes[""].metadata["mcts_iterations"] == 3
+    # the most visited path, ties to the higher mean value
+    assert result.best.path_text(include_root=False) == "b;e;"
+    lm.check_kv([result.tree])
+
+
+def test_without_virtual_loss_the_second_descent_repeats_and_the_round_shrinks():
+    lm = FakeLM(children=TABLE)
+    search(ScriptTask(VALUES), MCTS(iterations=3, leaves_per_round=2, samples=2, virtual_loss=0), lm, problem="Q")
+    assert [c for c in lm.calls if c[0] == "generate"][:2] == [("generate", 2), ("generate", 2)]
+
+
+def test_next_round_follows_uct_into_the_best_branch():
+    lm = FakeLM(children=TABLE)
+    result = search(ScriptTask(VALUES), MCTS(iterations=4, leaves_per_round=2, samples=2), lm, problem="Q")
+    nodes = by_text(result.tree)
+    # round 3 has one iteration left: root -> b; (Q 0.73) -> e; (0.9) is expanded
+    assert nodes["b;e;"].status is Status.EXPANDED and nodes["b;e;"].visits == 3
+    assert nodes[""].visits == 8
+
+
+def test_puct_prior_from_the_model_breaks_equal_values():
+    lps = {"a": -3.0, "b": -0.1}
+    lm = FakeLM(children={"Q:": ["a;", "b;"], "Q:b;": ["x;", "y;"]}, token_logprob=lambda c, ch: lps.get(ch, 0.0))
+    values = {"a;": 0.5, "b;": 0.5, "b;x;": 0.5, "b;y;": 0.5}
+    result = search(ScriptTask(values), MCTS(iterations=2, leaves_per_round=1, samples=2, rule="puct", c=2.0), lm,
+                    problem="Q")
+    nodes = by_text(result.tree)
+    assert nodes["b;"].status is Status.EXPANDED and nodes["a;"].status is Status.OPEN
+    strategy = MCTS(rule="puct")
+    priors = strategy.priors([nodes["a;"], nodes["b;"]])
+    assert priors[1] == pytest.approx(1 / (1 + math.exp((-3.0 + 0.1) / 2)))
+
+
+def test_solved_leaf_stops_the_search_and_revisits_back_up_without_model_work():
+    table = {"Q:": ["a;", "=1;"], "Q:a;": ["b;"]}
+    values = {"a;": 0.1, "a;b;": 0.1}
+    lm = FakeLM(children=table)
+    result = search(ScriptTask(values, solutions=["1"]), MCTS(iterations=5, samples=2), lm, problem="Q")
+    assert result.stopped == "solved" and result.answer == "1"
+    lm2 = FakeLM(children=table)
+    mcts = MCTS(iterations=3, leaves_per_round=1, samples=2, stop_on_solution=False)
+    result = search(ScriptTask(values, solutions=["1"]), mcts, lm2, problem="Q")
+    solved = by_text(result.tree)["=1;"]
+    assert solved.status is Status.SOLVED and solved.visits >= 2  # revisited: its value backed up again
+    assert len([c for c in lm2.calls if c[0] == "generate"]) < 3
+
+
+def test_rollout_estimates_replace_the_value_evaluator():
+    calls = []
+
+    def answers(prompt, seed):
+        calls.append(prompt)
+        return "=1;" if prompt.endswith("b;") else "=0;"
+
+    rollout = Rollout(reward=lambda problem, text: float(text.endswith("=1;")), samples=2)
+    lm = FakeLM(children=TABLE, answers=answers)
+    result = search(ScriptTask(), MCTS(iterations=1, samples=2, rollout=rollout), lm, problem="Q")
+    nodes = by_text(result.tree)
+    assert nodes["a;"].value == 0.0 and nodes["b;"].value == 1.0
+    assert [c for c in lm.calls if c[0] == "complete_from"] == [("complete_from", 4)]
+
+
+def test_mcts_options_are_validated():
+    with pytest.raises(ValueError, match="rule must be one of"):
+        MCTS(rule="ucb")
+    with pytest.raises(ValueError, match="rollout must be an evaluator"):
+        MCTS(rollout=lambda x: x)
+    with pytest.raises(ValueError, match="no option 'leaves'"):
+        MCTS(leaves=3)

@@ -1,0 +1,240 @@
+"""The search driver: budgets, errors that keep the tree, save/load/resume, determinism, live view."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fakes import FakeLM, ScriptConfig, ScriptTask, pick
+from rich.console import Console
+
+from thoughttree import Sampling
+from thoughttree.live import LiveView
+from thoughttree.search import Budget, SearchError, search
+from thoughttree.search_result import SearchResult
+from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, from_dict
+from thoughttree.tasks import Sample, TaskError, ValuePrompt
+from thoughttree.tree.serialize import RunFileError, tree_to_dict
+
+LABELS = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
+SAMPLED = ScriptConfig(sampling=Sampling(max_tokens=8, temperature=1.0, stop=(";",)))
+
+
+def random_world():
+    """A tree that depends on every sample seed: children and values are picked by seed."""
+    children = lambda context, ordinal, seed: pick(["a;", "b;", "c;", "d;", "e;", "=1;"], seed)  # noqa: E731
+    answers = lambda prompt, seed: pick(["sure", "likely", "impossible"], seed)  # noqa: E731
+    evaluator = ValuePrompt(prompt=lambda p, n: "value " + n.path_text(include_root=False), labels=LABELS, samples=2)
+    return FakeLM(children=children, answers=answers), ScriptTask(evaluator=evaluator, config=SAMPLED)
+
+
+def dumps(tree) -> str:
+    return json.dumps(tree_to_dict(tree), sort_keys=True)
+
+
+# -- budgets -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("field", ["max_nodes", "max_generated_tokens", "max_rounds"])
+@pytest.mark.parametrize("bad", [0, -3, 1.5])
+def test_budget_limits_must_be_positive_integers(field, bad):
+    with pytest.raises(ValueError, match=f"Budget {field} must be an integer >= 1"):
+        Budget(**{field: bad})
+
+
+def test_budget_seconds_must_be_positive():
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        Budget(max_seconds=0)
+
+
+def test_round_budget_returns_the_best_so_far():
+    lm, task = random_world()
+    result = search(task, BFS(breadth=2, samples=3, depth=4), lm, problem="Q", budget=Budget(max_rounds=2))
+    assert result.stopped == "max_rounds" and result.statistics.rounds == 2
+    assert result.best is not None and result.best.depth == 2
+
+
+def test_node_budget_caps_the_tree():
+    lm, task = random_world()
+    result = search(task, BFS(breadth=3, samples=3, depth=5), lm, problem="Q", budget=Budget(max_nodes=8))
+    assert len(result.tree) <= 8 and result.stopped == "max_nodes"
+    lm.check_kv([result.tree])
+
+
+def test_token_and_time_budgets_stop_before_the_next_round():
+    lm, task = random_world()
+    result = search(task, BFS(breadth=3, samples=3, depth=5), lm, problem="Q", budget=Budget(max_generated_tokens=5))
+    assert result.stopped == "max_generated_tokens" and result.statistics.rounds == 1
+    lm, task = random_world()
+    result = search(task, BFS(), lm, problem="Q", budget=Budget(max_seconds=1e-9))
+    assert result.stopped == "max_seconds" and len(result.tree) == 1
+
+
+# -- errors keep the tree ------------------------------------------------------------------------
+def test_malformed_root_prompt_is_a_clear_error():
+    class Bad(ScriptTask):
+        def prompt(self, problem):
+            return None
+
+    with pytest.raises(TaskError, match="Bad.prompt returned NoneType"):
+        search(Bad(), BFS(), FakeLM(), problem="Q")
+
+
+def test_error_mid_search_keeps_the_tree_and_the_partial_result_saves(tmp_path):
+    lm, _ = random_world()
+    bad_value = ValuePrompt(prompt=lambda p, n: ["not", "tokens"] if n.depth == 2 else "value", labels=LABELS)
+    task = ScriptTask(evaluator=bad_value, config=SAMPLED)
+    with pytest.raises(SearchError, match="round 2: ValuePrompt.prompt returned list") as info:
+        search(task, BFS(breadth=2, samples=2, depth=3), lm, problem="Q")
+    err = info.value
+    assert isinstance(err.__cause__, TaskError)
+    assert len(err.tree) == 7 and err.partial_result.stopped == "error"
+    err.partial_result.save(tmp_path / "partial.json")
+    assert len(SearchResult.load(tmp_path / "partial.json").tree) == 7
+
+
+def test_bad_request_from_a_task_is_named():
+    class Bad(ScriptTask):
+        def request(self, problem, node):
+            return Sampling()
+
+    with pytest.raises(SearchError, match=r"return Sample\(sampling\) or Propose"):
+        search(Bad(), BFS(), FakeLM(children={"Q:": ["a;"]}), problem="Q")
+
+
+def test_wrong_arguments_are_named():
+    with pytest.raises(TypeError, match="task must be a thoughttree.tasks.Task"):
+        search(object(), BFS(), FakeLM(), problem="Q")
+    with pytest.raises(TypeError, match=r"has no start\(\) method"):
+        search(ScriptTask(), object(), FakeLM(), problem="Q")
+    with pytest.raises(TypeError, match="budget must be"):
+        search(ScriptTask(), BFS(), FakeLM(), problem="Q", budget={"max_rounds": 1})
+
+
+def test_interrupt_returns_what_was_searched():
+    def children(context, ordinal, seed):
+        if context.count(";") >= 1:
+            raise KeyboardInterrupt
+        return pick(["a;", "b;"], ordinal)
+
+    result = search(ScriptTask({"a;": 0.5, "b;": 0.4}), BFS(breadth=2, samples=2), FakeLM(children=children), problem="Q")
+    assert result.stopped == "interrupted" and result.best.text == "a;"
+
+
+# -- determinism, save, load, resume -------------------------------------------------------------
+def test_same_seed_same_tree_bytes_and_another_seed_another_tree():
+    runs = []
+    for seed in (7, 7, 8):
+        lm, task = random_world()
+        runs.append(dumps(search(task, BFS(breadth=2, samples=3, depth=3), lm, problem="Q", seed=seed).tree))
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_save_load_save_is_identical(tmp_path):
+    lm, task = random_world()
+    result = search(task, MCTS(iterations=6, leaves_per_round=3, samples=2), lm, problem="Q", seed=1)
+    result.save(tmp_path / "a.json")
+    loaded = SearchResult.load(tmp_path / "a.json")
+    loaded.save(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert loaded.answer == result.answer and loaded.best.id == result.best.id
+    assert loaded.statistics == result.statistics
+    meta = json.loads((tmp_path / "a.json").read_text())["meta"]
+    assert meta["strategy"]["class"] == "MCTS" and meta["strategy"]["config"]["iterations"] == 6
+    assert meta["task"]["class"] == "ScriptTask" and meta["seed"] == 1 and meta["search_format"] == 1
+    assert repr(from_dict(meta["strategy"])) == repr(MCTS(iterations=6, leaves_per_round=3, samples=2))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: BFS(breadth=2, samples=3, depth=4),
+    lambda: DFS(samples=2, threshold=1.0, depth=4),
+    lambda: MCTS(iterations=8, leaves_per_round=2, samples=2),
+    lambda: Beam(width=2, samples=2, max_steps=4),
+    lambda: BestOfN(n=4),
+], ids=["bfs", "dfs", "mcts", "beam", "best_of_n"])
+def test_resume_continues_to_the_uninterrupted_result(tmp_path, make):
+    lm, task = random_world()
+    whole = search(task, make(), lm, problem="Q", seed=5)
+    lm, task = random_world()
+    first = search(task, make(), lm, problem="Q", seed=5, budget=Budget(max_rounds=1))
+    first.save(tmp_path / "run.json")
+    lm, task = random_world()
+    loaded = SearchResult.load(tmp_path / "run.json", lm=lm)
+    resumed = search(task, make(), lm, problem="Q", tree=loaded.tree)
+    assert dumps(resumed.tree) == dumps(whole.tree)
+    assert resumed.best.id == whole.best.id and resumed.answer == whole.answer
+    resumed.tree.check_integrity()
+    lm.check_kv([resumed.tree])
+
+
+def test_resume_after_a_failed_evaluation_scores_the_waiting_children_first(tmp_path):
+    lm, task = random_world()
+    whole = search(task, BFS(breadth=2, samples=2, depth=3), lm, problem="Q", seed=2)
+    flaky_lm, _ = random_world()
+    good = flaky_lm.answers
+    flaky_lm.answers = lambda prompt, seed: (_ for _ in ()).throw(RuntimeError("device lost")) \
+        if prompt.count(";") == 2 else good(prompt, seed)
+    with pytest.raises(SearchError, match="device lost") as info:
+        search(task, BFS(breadth=2, samples=2, depth=3), flaky_lm, problem="Q", seed=2)
+    info.value.partial_result.save(tmp_path / "crash.json")
+    lm, task = random_world()
+    tree = SearchResult.load(tmp_path / "crash.json", lm=lm).tree
+    assert any(n.value is None and n.depth == 2 for n in tree.nodes)
+    resumed = search(task, BFS(breadth=2, samples=2, depth=3), lm, problem="Q", tree=tree)
+    assert dumps(resumed.tree) == dumps(whole.tree)
+
+
+def test_resume_refuses_another_problem(tmp_path):
+    lm, task = random_world()
+    result = search(task, BFS(depth=1), lm, problem="Q")
+    with pytest.raises(TaskError, match="searched from another prompt"):
+        search(task, BFS(depth=2), lm, problem="R", tree=result.tree)
+
+
+def test_corrupt_and_newer_files_are_refused(tmp_path):
+    lm, task = random_world()
+    search(task, BFS(depth=1), lm, problem="Q").save(tmp_path / "ok.json")
+    data = json.loads((tmp_path / "ok.json").read_text())
+    (tmp_path / "cut.json").write_text((tmp_path / "ok.json").read_text()[:200])
+    with pytest.raises(RunFileError, match="not valid JSON"):
+        SearchResult.load(tmp_path / "cut.json")
+    newer = {**data, "meta": {**data["meta"], "search_format": 99}}
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    with pytest.raises(RunFileError, match="upgrade thoughttree"):
+        SearchResult.load(tmp_path / "newer.json")
+    broken = {**data, "problems": [{**data["problems"][0], "result": {"best": "x"}}]}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(RunFileError, match="malformed result"):
+        SearchResult.load(tmp_path / "broken.json")
+
+
+def test_unsaveable_problem_is_named(tmp_path):
+    lm, task = random_world()
+    result = search(task, BFS(depth=1), lm, problem="Q")
+    object.__setattr__(result, "problem", object())
+    with pytest.raises(RunFileError, match="not JSON data"):
+        result.save(tmp_path / "x.json")
+
+
+# -- statistics and the live view ------------------------------------------------------------------
+def test_statistics_add_up_over_rounds():
+    lm, task = random_world()
+    result = search(task, BFS(breadth=2, samples=3, depth=3), lm, problem="Q")
+    stats = result.statistics
+    assert stats.rounds == len(stats.per_round) == 3
+    assert stats.forward_steps == sum(r.expand.forward_steps + r.evaluate.forward_steps for r in stats.per_round)
+    assert stats.generated_tokens == lm.stats.generated_tokens
+    assert stats.reuse_factor > 1.0  # siblings share their parents' KV
+    assert stats.nodes == len(result.tree)
+
+
+def test_live_view_is_updated_every_round():
+    console = Console(record=True, width=100, height=40, force_terminal=True)
+    lm, task = random_world()
+    result = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="Q", live=LiveView(console=console))
+    assert result.statistics.rounds == 2
+    assert "KV reuse" in console.export_text()
+
+
+def test_default_task_request_is_a_sample_of_its_config():
+    task = ScriptTask()
+    assert task.request("Q", None) == Sample(task.config.sampling)
+    assert task.describe()["config"]["sampling"]["stop"] == [";"]
