@@ -82,11 +82,16 @@ def low_precision_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 
 def assert_close_to_reference(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan) -> None:
-    """Error against the fp32 reference at most twice PyTorch's own low-precision error."""
+    """Error against the fp32 reference at most twice PyTorch's own low-precision error.
+
+    PyTorch's error is floored at one unit in the last place at the output's scale: over a
+    handful of outputs it can round luckily and come out near zero.
+    """
     assert out.shape == q.shape and out.dtype == q.dtype
     ref = tree_attention(q, k, v, plan, backend="reference").float()
     low = low_precision_attention(q, k, v, plan).float()
     err = (out.float() - ref).abs().max().item()
-    yardstick = (low - ref).abs().max().item()
+    ulp = torch.finfo(q.dtype).eps * ref.abs().max().item()
+    yardstick = max((low - ref).abs().max().item(), ulp)
     assert torch.isfinite(out).all()
     assert err <= 2.0 * yardstick + 1e-6, f"kernel error {err:.3g} vs PyTorch {q.dtype} error {yardstick:.3g}"

@@ -20,7 +20,7 @@ import triton.language as tl
 from .plan import TreePlan
 from .workplan import ITEM_FIELDS, WorkConfig, WorkPlan, sequence_work, tree_work
 
-_NEG = -1.0e30  # finite "minus infinity" so fully masked rows never produce inf - inf
+_NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 
 
 @triton.jit

@@ -28,12 +28,14 @@ class WorkConfig:
     """How work is sized.
 
     waves: target programs per SM; num_sms: None = the device's; min_chunk: fewest KV tokens per
-    chunk, None = twice the tile's rows (so a chunk's fp32 partials stay small next to its KV).
+    chunk, None = twice the tile's rows (so a chunk's fp32 partials stay small next to its KV);
+    max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits.
     """
 
     waves: float = 2.0
     num_sms: int | None = None
     min_chunk: int | None = None
+    max_block_m: int | None = None
 
     def __post_init__(self) -> None:
         if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk)):
@@ -75,16 +77,19 @@ class WorkPlan:
     classes: tuple[TileClass, ...]
 
 
-def _tile_shapes(group: int, head_dim: int) -> list[tuple[int, int, int, int]]:
+def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
     d = max(16, 1 << (head_dim - 1).bit_length())
     if d <= 128:
         shapes = [(16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)]
     else:
         shapes = [(16, 32, 4, 2), (64, 32, 4, 2)]
-    shapes = [s for s in shapes if s[0] >= group]
+    shapes = [s for s in shapes if s[0] >= group and (max_block_m is None or s[0] <= max_block_m)]
     if not shapes:
-        raise ValueError(f"GQA group of {group} query heads per KV head is too large (at most 64 for head_dim {head_dim})")
+        raise ValueError(
+            f"no tile fits a GQA group of {group} query heads per KV head with head_dim {head_dim} "
+            f"and max_block_m {max_block_m}; groups up to 64 are supported"
+        )
     return shapes
 
 
@@ -166,7 +171,7 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
     group = num_q_heads // num_kv_heads
-    shapes = _tile_shapes(group, head_dim)
+    shapes = _tile_shapes(group, head_dim, cfg.max_block_m)
     bm_of = np.array([s[0] for s in shapes])
     bn_of = np.array([s[1] for s in shapes])
     pre, size = plan.preorder

@@ -1,0 +1,96 @@
+"""Tree-attention benchmark workloads (Llama-3-8B heads) and their unique-byte / FLOP floors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from thoughttree.kernels import TreePlan, plan_tree_attention
+
+H_Q, H_KV, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
+DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A tree of token segments and its query rows (one decode step, or a token-tree verify)."""
+
+    name: str
+    parents: tuple[int, ...]
+    lengths: tuple[int, ...]
+    query_nodes: tuple[int, ...]
+    query_visible: tuple[int, ...] | None = None
+    star_16k: bool = False  # a star with a prompt of 16k+ tokens: must beat per-sequence by 3x
+
+
+def _star(name: str, prompt: int, branches: int, tokens: int) -> Workload:
+    parents = (-1,) + (0,) * branches
+    return Workload(name, parents, (prompt,) + (tokens,) * branches, tuple(range(1, branches + 1)), None, prompt >= 16384 and tokens == 1)
+
+
+def _three_levels() -> Workload:
+    parents, lengths = [-1], [2048]
+    for _ in range(8):
+        mid = len(parents)
+        parents.append(0)
+        lengths.append(256)
+        parents += [mid] * 8
+        lengths += [64] * 8
+    has_child = set(parents)
+    queries = tuple(i for i in range(len(parents)) if i not in has_child)
+    return Workload("2k/8x256/8x64", tuple(parents), tuple(lengths), queries)
+
+
+def _token_tree(prompt: int, nodes: int, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    # A draft tree shaped like speculative decoders': wide near the prompt, narrowing with depth.
+    parents = [-1] + [0] * 4 + [int(rng.integers(max(1, i - 12), i)) for i in range(5, nodes + 1)]
+    queries = tuple(range(1, nodes + 1))
+    return Workload(f"{prompt // 1024}k+{nodes}-node token tree", tuple(parents), (prompt,) + (1,) * nodes, queries, (1,) * nodes)
+
+
+WORKLOADS = (
+    _star("4k/64x1", 4096, 64, 1),
+    _star("16k/64x1", 16384, 64, 1),
+    _star("20k/256x1", 20480, 256, 1),
+    _star("4k/50x200", 4096, 50, 200),
+    _star("20k/50x400", 20480, 50, 400),
+    _star("4k/256x32", 4096, 256, 32),
+    _three_levels(),
+    _star("1.1k/10x1000", 1100, 10, 1000),
+    _star("32k/32x256", 32768, 32, 256),
+    _token_tree(6144, 64),
+)
+
+
+def node_slot_arrays(w: Workload, seed: int = 0) -> tuple[list[np.ndarray], int]:
+    """Each node's slots on its own pages, pages handed out in a shuffled order; and the page count."""
+    pages_per_node = [-(-n // PAGE_SIZE) for n in w.lengths]
+    num_pages = sum(pages_per_node)
+    order = np.random.default_rng(seed).permutation(num_pages)
+    out, first = [], 0
+    for n, p in zip(w.lengths, pages_per_node):
+        pages = order[first : first + p]
+        first += p
+        out.append((pages[:, None] * PAGE_SIZE + np.arange(PAGE_SIZE)[None, :]).reshape(-1)[:n])
+    return out, num_pages
+
+
+def make_plan(w: Workload, node_slots: list[np.ndarray], device: str) -> TreePlan:
+    return plan_tree_attention(
+        np.asarray(w.parents), node_slots, np.asarray(w.query_nodes),
+        None if w.query_visible is None else np.asarray(w.query_visible),
+        page_size=PAGE_SIZE, device=device,
+    )
+
+
+def unique_bytes_and_flops(plan: TreePlan) -> tuple[int, int]:
+    """(bytes of the K/V slots some query sees + Q + O, useful attention FLOPs)."""
+    offsets, flat = plan.query_views
+    elem = torch.finfo(DTYPE).bits // 8
+    kv = len(np.unique(flat)) * H_KV * HEAD_DIM * 2 * elem
+    qo = plan.num_queries * H_Q * HEAD_DIM * 2 * elem
+    flops = int(offsets[-1]) * H_Q * HEAD_DIM * 4  # QK^T and PV, 2 FLOPs per multiply-add
+    return kv + qo, flops

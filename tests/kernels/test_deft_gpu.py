@@ -1,0 +1,64 @@
+"""The Triton kernels on CUDA at real sizes (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from thoughttree.kernels import deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
+
+from tree_cases import assert_close_to_reference, build, leaves, tree_shape
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+ODD = (1, 17, 37, 97, 1025)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("h_q,h_kv", [(8, 8), (16, 4), (64, 8)])
+def test_head_dims_dtypes_and_gqa(dtype: torch.dtype, d: int, h_q: int, h_kv: int) -> None:
+    parents, lengths = tree_shape("random", np.random.default_rng(d + h_q), ODD)
+    q, k, v, plan = build(parents, lengths, leaves(parents) + [0], None, h_q=h_q, h_kv=h_kv, d=d, page_size=16, dtype=dtype, device="cuda")
+    assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)
+    assert_close_to_reference(tree_attention(q, k, v, plan, backend="per_sequence"), q, k, v, plan)
+
+
+@pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_tree_shapes_at_scale(kind: str, page_size: int) -> None:
+    parents, lengths = tree_shape(kind, np.random.default_rng(page_size), ODD)
+    qn = leaves(parents) * 9  # many queries per leaf so shared chunks span several tiles
+    q, k, v, plan = build(parents, lengths, qn, None, h_q=32, h_kv=8, d=128, page_size=page_size, dtype=torch.bfloat16, device="cuda")
+    assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)
+
+
+def test_long_star_and_prefill_and_token_tree() -> None:
+    # 20k-token prompt, 64 leaves of 37 tokens, one leaf prefilled causally, and a token tree.
+    rng = np.random.default_rng(0)
+    parents = [-1] + [0] * 64 + [1 + int(rng.integers(0, 64))] + [0] * 0
+    lengths = [20000] + [37] * 64 + [97]
+    spec_parents = [65] + [66 + int(rng.integers(0, i)) for i in range(1, 31)]
+    parents += spec_parents
+    lengths += [1] * 31
+    qn = list(range(1, 65)) + [65] * 97 + list(range(66, 97))
+    qv = [37] * 64 + list(range(1, 98)) + [1] * 31
+    q, k, v, plan = build(parents, lengths, qn, qv, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
+    out = deft_tree_attention(q, k, v, plan)
+    assert_close_to_reference(out, q, k, v, plan)
+    assert torch.equal(out, deft_tree_attention(q, k, v, plan))
+    assert_close_to_reference(per_sequence_attention(q, k, v, plan), q, k, v, plan)
+
+
+def test_store_kv_on_gpu() -> None:
+    k_cache = torch.zeros(40, 16, 8, 128, dtype=torch.bfloat16, device="cuda")
+    v_cache = torch.zeros_like(k_cache)
+    slots = torch.randperm(640, device="cuda")[:300]
+    k, v = torch.randn(2, 300, 8, 128, device="cuda")
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    store_kv_reference(want_k, want_v, k, v, slots)
+    store_kv(k_cache, v_cache, k, v, slots)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
