@@ -35,7 +35,8 @@ SWEEP = (
     WorkConfig(waves=1.0),
     WorkConfig(waves=4.0),
     WorkConfig(max_block_m=64),
-    WorkConfig(waves=4.0, max_block_m=64),
+    WorkConfig(min_chunk=512),
+    WorkConfig(small_node=0),
 )
 
 
@@ -165,6 +166,7 @@ def main() -> None:
                 flex_cell = f"{us:.1f}" + ("" if graphed else " (eager)")
             except Exception as e:  # noqa: BLE001 - report, keep benchmarking the rest
                 flex_cell = f"error: {type(e).__name__}"
+                console.print(f"Flex on {w.name}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
             flex_spent += time.perf_counter() - t
         nbytes, flops = unique_bytes_and_flops(plan)
         floor = max(nbytes / copy_bw, flops / mm_rate) * 1e6
@@ -185,7 +187,7 @@ def main() -> None:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            st.add_column(f"waves={c.waves} max_bm={c.max_block_m}", justify="right")
+            st.add_column(f"waves={c.waves} max_bm={c.max_block_m} min_chunk={c.min_chunk} small={c.small_node}", justify="right")
         for r in sweep_rows:
             st.add_row(*r)
         console.print(st)

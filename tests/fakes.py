@@ -12,10 +12,15 @@
 
 One character is one token (id = ord(c) + 3; 0 pad, 1 BOS, 2 EOS, code points < 256). A script
 output ending in "</s>" ends with the EOS token. Stop strings, ``max_tokens`` and ``ignore_eos``
-behave as in ``Sampling``'s docs. The counters in ``stats`` model one batched decode per call:
-forward steps = the longest generation (+1 for a prefill), attended = sum over rows and steps of
-the KV tokens read, unique = the distinct KV tokens read per step (shared prefixes once).
-Every call is logged in ``calls`` as (method, batch size).
+behave as in ``Sampling``'s docs. As in ``LM``, ``generate`` gives KV to path nodes that lack
+it within its first step, and scratch calls free their KV. The counters in ``stats`` model one
+batched decode per call: forward steps = the longest generation (+1 for a separate prefill),
+attended = sum over rows and steps of the KV tokens read, unique = the distinct KV tokens read
+per step (shared prefixes once). Every call is logged in ``calls`` as (method, batch size);
+``check_kv(trees)`` asserts that no KV handle leaked.
+
+``ScriptTask`` is a matching test task: thoughts like ``"a;"``, answers like ``"=5;"``, values
+from a table of path texts.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 from fakes import FakeLM, ScriptConfig, ScriptTask, pick
@@ -238,3 +239,34 @@ def test_default_task_request_is_a_sample_of_its_config():
     task = ScriptTask()
     assert task.request("Q", None) == Sample(task.config.sampling)
     assert task.describe()["config"]["sampling"]["stop"] == [";"]
+
+
+def test_a_strategy_that_never_finishes_is_named():
+    from thoughttree.strategies import Step, StrategyBase
+
+    @dataclass(frozen=True)
+    class IdleConfig:
+        pass
+
+    class Idle(StrategyBase):
+        Config = IdleConfig
+
+        def step(self):
+            return Step()
+
+    with pytest.raises(SearchError, match="Idle returned 10001 empty steps in a row"):
+        search(ScriptTask(), Idle(), FakeLM(), problem="Q")
+
+
+def test_proposed_children_carry_their_proposal_probability_into_puct_priors():
+    answers = lambda prompt, seed: pick(["a;\n", "bb;\n"], seed)  # noqa: E731
+    lm = FakeLM(answers=answers, token_logprob=lambda context, ch: -2.0 if ch == "b" else -0.1)
+    task = ScriptTask({"a;\n": 0.5, "bb;\n": 0.5}, propose=lambda node: "next " + node.path_text(),
+                      config=ScriptConfig(sampling=Sampling(max_tokens=8, temperature=1.0), dedupe=True))
+    mcts = MCTS(iterations=1, samples=6, rule="puct")
+    result = search(task, mcts, lm, problem="Q")
+    kids = result.tree.root.children
+    assert sorted(k.text for k in kids) == ["a;\n", "bb;\n"]
+    assert all(k.metadata["proposed"] and k.logprob == 0.0 for k in kids)
+    priors = dict(zip((k.text for k in kids), mcts.priors(kids)))
+    assert priors["a;\n"] > 0.5 > priors["bb;\n"]

@@ -24,6 +24,10 @@ from .tasks.base import Task, TaskError, check_prompt
 from .tree import Status, ThoughtTree
 
 
+# Steps without model work are fine (MCTS revisiting finished nodes) but not forever.
+MAX_IDLE_ROUNDS = 10_000
+
+
 @dataclass(frozen=True)
 class Budget:
     """Limits of one search call; None means no limit. Checked before every round.
@@ -130,6 +134,7 @@ class _Run:
         self.start_time = time.perf_counter()
 
     def loop(self, budget: Budget, view: Any) -> str:
+        idle = 0
         while True:
             if self.strategy_done_by_solution():
                 return "solved"
@@ -143,6 +148,15 @@ class _Run:
             room = None if budget.max_nodes is None else budget.max_nodes - len(self.tree)
             if room is not None and step.expand and room < step.n and not step.evaluate:
                 return "max_nodes"
+            if step.expand or step.evaluate:
+                idle = 0
+            else:
+                idle += 1
+                if idle > MAX_IDLE_ROUNDS:
+                    raise RuntimeError(
+                        f"{type(self.strategy).__name__} returned {idle} empty steps in a row; a strategy must "
+                        "return None when it is finished"
+                    )
             outcome, stats = self.runner.run(step, room)
             self.strategy.update(outcome)
             self.rounds += 1

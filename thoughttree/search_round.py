@@ -24,6 +24,7 @@ class RoundRunner:
     def __init__(self, lm: Any, tree: ThoughtTree, ctx: SearchContext) -> None:
         self.lm, self.tree, self.ctx = lm, tree, ctx
         self.task, self.problem = ctx.task, ctx.problem
+        self.evaluator = ctx.evaluator
 
     def run(self, step: Step, max_new_nodes: int | None) -> tuple[Outcome, RoundStats]:
         """Expand, check and evaluate; ``max_new_nodes`` caps the children (None = no cap)."""
@@ -101,15 +102,16 @@ class RoundRunner:
                 parts = self.task.split(self.problem, node, g.text)
                 if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
                     raise TaskError(f"task.split returned {parts!r}; it must return a list of strings")
-                texts += [p for p in parts if p]
+                # The completion's log-probability is kept as the child's prior (MCTS's PUCT).
+                meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
+                texts += [(p, meta) for p in parts if p]
             kids = []
-            for text in texts:
+            for text, meta in texts:
                 if room is not None and room <= 0:
                     break
                 if not self._acceptable(node, text, kids):
                     continue
-                kids.append(self.tree.add_child(node, self.lm.encode(text, add_bos=False), text,
-                                                metadata={"proposed": True}))
+                kids.append(self.tree.add_child(node, self.lm.encode(text, add_bos=False), text, metadata=dict(meta)))
                 room = None if room is None else room - 1
             if kids and node.status is Status.OPEN:
                 node.status = Status.EXPANDED

@@ -18,6 +18,7 @@ from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
 CPU = dict(d=64, dtype=torch.float16, device="cpu")
 SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)  # forces many chunks per node on small trees
+ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0)  # even one-token nodes shared
 
 
 @pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])
@@ -29,6 +30,7 @@ def test_tree_shapes_and_gqa(kind: str, h_q: int, h_kv: int) -> None:
     q, k, v, plan = build(parents, lengths, qn, None, h_q=h_q, h_kv=h_kv, page_size=16, **CPU)
     assert_close_to_reference(tree_attention(q, k, v, plan, backend="deft"), q, k, v, plan)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=SMALL_CHUNKS), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=ALL_SHARED), q, k, v, plan)
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 64])
@@ -65,6 +67,7 @@ def test_speculative_token_tree() -> None:
     qn = list(range(1, 16))
     q, k, v, plan = build(parents, lengths, qn, [1] * 15, h_q=4, h_kv=1, page_size=16, **CPU)
     assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=ALL_SHARED), q, k, v, plan)
 
 
 @pytest.mark.parametrize("h_q,h_kv", [(4, 4), (8, 1), (6, 2)])
@@ -112,8 +115,8 @@ def _random_tree(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tree=_random_tree(), group=st.sampled_from([1, 4]))
-def test_random_forests_with_partial_visibility(tree: tuple, group: int) -> None:
+@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED]))
+def test_random_forests_with_partial_visibility(tree: tuple, group: int, config: WorkConfig) -> None:
     parents, lengths, queries, visible = tree
     depth_tokens = list(lengths)
     for i, p in enumerate(parents):
@@ -123,4 +126,4 @@ def test_random_forests_with_partial_visibility(tree: tuple, group: int) -> None
     if any(lengths[n] == 0 and depth_tokens[n] == 0 for n in queries):
         return  # a query over an empty root path sees nothing; the plan rejects it (tested elsewhere)
     q, k, v, plan = build(parents, lengths, queries, visible, h_q=group, h_kv=1, page_size=7, **CPU)
-    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=SMALL_CHUNKS), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)

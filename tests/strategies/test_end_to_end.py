@@ -164,3 +164,23 @@ def test_resume_under_greedy_decoding_matches_an_uninterrupted_run(tiny_model_di
     assert resumed.best.id == whole.best.id
     lm2.check_integrity(resumed.tree)
     assert resumed.tree.root.kv is not None and any(n.status is Status.EXPANDED for n in resumed.tree.nodes)
+
+
+def test_value_prompts_share_their_few_shot_prefix(lm):
+    few_shot = "".join(f"value: {a} {b} {c}\nlikely\n" for a, b, c in [(1, 2, 3), (4, 5, 6), (7, 8, 9), (2, 4, 8)] * 3)
+    prefix_tokens = len(lm.encode(few_shot, add_bos=True))
+    evaluator = ValuePrompt(prompt=lambda p, n: few_shot + "value: " + n.text.strip() + "\n",
+                            labels={"sure": 20.0, "likely": 1.0, "impossible": 0.001}, samples=3,
+                            sampling=Sampling(max_tokens=2, temperature=1.0))
+
+    class FewShot(Tiny):
+        def evaluator(self):
+            return evaluator
+
+    result = search(FewShot(), BFS(breadth=2, samples=4, depth=1), lm, problem="4 5 6 10")
+    round_one = result.statistics.per_round[0]
+    prompts = round_one.evaluated * evaluator.samples  # twelve value prompts in one call
+    assert round_one.evaluated == 4 and round_one.evaluate.forward_steps == 2
+    # the shared few-shot prefix is computed once, not once per prompt
+    assert prefix_tokens <= round_one.evaluate.prefill_tokens < prefix_tokens + prompts * 12
+    check(lm, result)

@@ -105,6 +105,7 @@ def _partial_kernel(
 def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
     HQ: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_P: tl.constexpr,
 ):
     query = tl.program_id(0)
     h = tl.program_id(1)
@@ -112,27 +113,33 @@ def _merge_kernel(
     head = h * G + g
     g_ok = g < G
     offs_d = tl.arange(0, D_PAD)
-    mask = g_ok[:, None] & (offs_d < D)[None, :]
+    d_ok = offs_d < D
     first = tl.load(OFFSETS + query)
     last = tl.load(OFFSETS + query + 1)
     m = tl.full([G_PAD], _NEG, tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], tl.float32)
-    for i in range(first, last):
-        prow = tl.load(ROWS + i).to(tl.int64)
-        lse = tl.load(PLSE + prow * HQ + head, mask=g_ok, other=_NEG)
-        o = tl.load(PO + (prow * HQ + head)[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
-        m_new = tl.maximum(m, lse)
+    # BLOCK_P partials per step, loaded together, so a query with many chunks on its path pays
+    # a few memory round trips instead of one per partial.
+    for i in range(first, last, BLOCK_P):
+        offs_p = i + tl.arange(0, BLOCK_P)
+        p_ok = offs_p < last
+        prow = tl.load(ROWS + offs_p, mask=p_ok, other=0).to(tl.int64)
+        idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, G_PAD]
+        ok = p_ok[:, None] & g_ok[None, :]
+        lse = tl.load(PLSE + idx, mask=ok, other=_NEG)
+        o = tl.load(PO + idx[:, :, None] * D + offs_d[None, None, :], mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
         alpha = tl.math.exp2(m - m_new)
-        beta = tl.math.exp2(lse - m_new)
-        acc = acc * alpha[:, None] + o * beta[:, None]
-        l = l * alpha + beta
+        w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, G_PAD]
+        acc = acc * alpha[:, None] + tl.sum(o * w[:, :, None], axis=0)
+        l = l * alpha + tl.sum(w, axis=0)
         m = m_new
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(
         OUT + query.to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
         out.to(OUT.dtype.element_ty),
-        mask=mask,
+        mask=g_ok[:, None] & d_ok[None, :],
     )
 
 
@@ -155,6 +162,7 @@ def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: Wo
     h_kv = k_cache.shape[2]
     group = h_q // h_kv
     d_pad = max(16, triton.next_power_of_2(d))
+    g_pad = triton.next_power_of_2(group)
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
     if num_q == 0:
@@ -174,7 +182,7 @@ def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: Wo
     _merge_kernel[(num_q, h_kv)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
-        HQ=h_q, G=group, G_PAD=triton.next_power_of_2(group), D=d, D_PAD=d_pad, num_warps=4,
+        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=max(2, 16 // g_pad), num_warps=4,
     )
     return out
 

@@ -74,9 +74,12 @@ class TreePlan:
             node = int(self.parents[node])
         return out[::-1]
 
-    @cached_property
-    def query_views(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every query's visible slots, root first, as CSR: ([Q + 1] offsets, [sum] slot ids)."""
+    def path_slots(self, nodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's visible slots of the nodes in ``nodes`` ([N] bool, None = all), root first.
+
+        Returns CSR ([Q + 1] offsets, [sum] slot ids); a query sees its ancestors' tokens and
+        the first ``query_visible`` tokens of its own node.
+        """
         pre, size = self.preorder
         qn, n = self.query_nodes, self.num_nodes
         perm = np.argsort(pre[qn], kind="stable")
@@ -84,6 +87,8 @@ class TreePlan:
         # The queries under node i are a contiguous run of the preorder-sorted queries.
         lo = np.searchsorted(sorted_pre, pre, side="left")
         hi = np.searchsorted(sorted_pre, pre + size, side="left")
+        if nodes is not None:
+            hi = np.where(nodes, hi, lo)
         pair_node = np.repeat(np.arange(n), hi - lo)
         pair_query = perm[concat_ranges(lo, hi - lo)]
         own = pair_node == qn[pair_query]
@@ -93,8 +98,13 @@ class TreePlan:
         pair_node, pair_query, pair_len = pair_node[order], pair_query[order], pair_len[order]
         flat = self.slots[concat_ranges(self.node_offsets[pair_node], pair_len)]
         offsets = np.zeros(self.num_queries + 1, dtype=np.int64)
-        np.cumsum(np.bincount(pair_query, weights=pair_len, minlength=self.num_queries), out=offsets[1:])
+        np.cumsum(np.bincount(pair_query, weights=pair_len, minlength=self.num_queries).astype(np.int64), out=offsets[1:])
         return offsets, flat
+
+    @cached_property
+    def query_views(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every query's visible slots, root first, as CSR: ([Q + 1] offsets, [sum] slot ids)."""
+        return self.path_slots()
 
     def visible_slots(self, query: int) -> np.ndarray:
         """Every KV slot query row ``query`` attends to, root first."""

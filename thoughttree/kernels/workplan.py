@@ -29,17 +29,23 @@ class WorkConfig:
 
     waves: target programs per SM; num_sms: None = the device's; min_chunk: fewest KV tokens per
     chunk, None = twice the tile's rows (so a chunk's fp32 partials stay small next to its KV);
-    max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits.
+    max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
+    small_node: nodes shorter than this are not shared: each query reads their tokens itself,
+    together with its other short nodes (a speculative token tree's one-token nodes would
+    otherwise each cost every query below them a partial output that is bigger than the node).
     """
 
     waves: float = 2.0
     num_sms: int | None = None
     min_chunk: int | None = None
     max_block_m: int | None = None
+    small_node: int = 8
 
     def __post_init__(self) -> None:
-        if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk)):
-            raise ValueError(f"waves, num_sms and min_chunk must be positive, got {self.waves}, {self.num_sms}, {self.min_chunk}")
+        if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk, self.max_block_m)):
+            raise ValueError(f"waves, num_sms, min_chunk and max_block_m must be positive, got {self}")
+        if self.small_node < 0:
+            raise ValueError(f"small_node must be non-negative, got {self.small_node}")
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,12 @@ class WorkPlan:
 def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
     d = max(16, 1 << (head_dim - 1).bit_length())
+    # Five stages: the slot-id load that addresses each K/V tile takes one, and Triton only
+    # overlaps K/V copies with the tensor-core work from the fourth stage on (checked in TTGIR).
     if d <= 128:
-        shapes = [(16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)]
+        shapes = [(16, 64, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5)]
     else:
-        shapes = [(16, 32, 4, 2), (64, 32, 4, 2)]
+        shapes = [(16, 32, 4, 5), (64, 32, 4, 5)]
     shapes = [s for s in shapes if s[0] >= group and (max_block_m is None or s[0] <= max_block_m)]
     if not shapes:
         raise ValueError(
@@ -184,7 +192,8 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
     skey = key[q_perm]
     lo = np.searchsorted(skey, pre * big, side="left")
     hi = np.searchsorted(skey, (pre + size) * big, side="left")
-    nodes = np.nonzero((hi > lo) & (lengths > 0))[0]
+    small = lengths < cfg.small_node
+    nodes = np.nonzero((hi > lo) & (lengths > 0) & ~small)[0]
     rows = (hi - lo)[nodes] * group
     cls = np.minimum(np.searchsorted(bm_of, rows, side="left"), len(shapes) - 1)
     per_block = bm_of[cls] // group  # queries per tile
@@ -220,7 +229,31 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
         ],
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
-    return _finish(plan, plan.slots, items, c_cls[i_chunk], shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim)
+    # One item per query holding all short nodes on its path, read by that query alone.
+    own_offsets, own_slots = plan.path_slots(small)
+    own_len = np.diff(own_offsets)
+    who = np.nonzero(own_len > 0)[0]
+    inv_perm = np.empty_like(q_perm)
+    inv_perm[q_perm] = np.arange(len(q_perm))
+    own_items = np.stack(
+        [
+            len(plan.slots) + own_offsets[who],
+            own_len[who],
+            np.zeros(len(who), dtype=np.int64),
+            np.full(len(who), -1),  # no own-node masking: the path list already stops at query_visible
+            inv_perm[who],
+            np.ones(len(who), dtype=np.int64),
+            np.zeros(len(who), dtype=np.int64),
+        ],
+        axis=1,
+    ).reshape(-1, ITEM_FIELDS)
+    return _finish(
+        plan,
+        np.concatenate([plan.slots, own_slots]),
+        np.concatenate([items, own_items]),
+        np.concatenate([c_cls[i_chunk], np.zeros(len(who), dtype=np.int64)]),
+        shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim,
+    )
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:

@@ -12,7 +12,7 @@ value up again without model work.
 
 UCT:  Q + c * sqrt(ln N_parent / N)
 PUCT: Q + c * P * sqrt(N_parent) / (1 + N), P = softmax over siblings of each child's per-token
-log-probability / prior_temperature (the LM's prior). Q = W / N scaled into [0, 1] by the
+log-probability / prior_temperature (the LM's prior; for proposed children, their proposal's). Q = W / N scaled into [0, 1] by the
 evaluator's bounds when they are finite.
 """
 
@@ -150,8 +150,12 @@ class MCTS(StrategyBase):
     def priors(self, kids: list[Node]) -> list[float]:
         logits = []
         for kid in kids:
-            lp = kid.logprob if kid.logprob == kid.logprob else 0.0
-            logits.append(lp / max(1, len(kid.tokens)) / self.config.prior_temperature)
+            if "proposal_logprob" in kid.metadata:  # proposed text: the proposal's own probability
+                lp, count = kid.metadata["proposal_logprob"], kid.metadata.get("proposal_tokens", 1)
+            else:
+                lp, count = kid.logprob, len(kid.tokens)
+            lp = lp if lp == lp else 0.0  # NaN: not saved with a loaded tree
+            logits.append(lp / max(1, count) / self.config.prior_temperature)
         top = max(logits)
         weights = [math.exp(x - top) for x in logits]
         total = sum(weights)
