@@ -8,6 +8,9 @@ A search stops when the strategy is finished, when a :class:`Budget` limit is re
 returns its best so far), or on Ctrl-C (same). If anything raises mid-way, the
 :class:`SearchError` carries the tree and a partial result, so the work can be saved.
 ``search(..., tree=SearchResult.load(path, lm).tree)`` resumes a saved search.
+
+The returned tree keeps the KV of its live nodes, so it can be expanded further by hand; call
+``result.tree.release_kv()`` when it is no longer needed (e.g. between problems of a benchmark).
 """
 
 from __future__ import annotations

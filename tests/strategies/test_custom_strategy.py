@@ -49,3 +49,19 @@ def test_example_runs_on_a_tiny_model(example, tiny_model_dir, tmp_path, monkeyp
     assert "rounds" in capsys.readouterr().out
     loaded = SearchResult.load(out)
     assert loaded.settings["strategy"]["class"] == "BestFirst" and len(loaded.tree) > 1
+
+
+def test_checkpointed_example_resumes_across_runs(tiny_model_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location("resume_search_example", EXAMPLE.with_name("resume_search.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        path = tmp_path / "plan.json"
+        first = module.run(str(tiny_model_dir), "Plan a day", 1, path, device="cpu")
+        second = module.run(str(tiny_model_dir), "Plan a day", 1, path, device="cpu")
+        both = module.run(str(tiny_model_dir), "Plan a day", 2, tmp_path / "both.json", device="cpu")
+    finally:
+        del sys.modules[spec.name]
+    assert len(first.tree) == 4 and len(second.tree) == 13 == len(both.tree)
+    assert [n.tokens for n in second.tree.nodes] == [n.tokens for n in both.tree.nodes]
