@@ -1,9 +1,36 @@
-"""thoughttree: LLM reasoning search on a shared-prefix KV runtime."""
+"""thoughttree: LLM reasoning search on a shared-prefix KV runtime.
 
+>>> import thoughttree as tt
+>>> lm = tt.LM.from_pretrained("path/to/model")
+>>> tree = tt.ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.\\n")
+>>> kids = tree.expand([tree.root], n=5, sampling=tt.Sampling(max_tokens=48, stop="\\n"))
+>>> tt.show(tree)
+"""
+
+from . import strategies, tasks
 from .config import RuntimeConfig, Sampling
 from .runtime import LM
+from .search import Budget, SearchError, search
+from .search_result import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
+from .tree.render import best_path, show
 
 __version__ = "0.1.0"
 
-__all__ = ["LM", "Node", "RuntimeConfig", "Sampling", "Status", "ThoughtTree"]
+__all__ = [
+    "LM",
+    "Budget",
+    "Node",
+    "RuntimeConfig",
+    "Sampling",
+    "SearchError",
+    "SearchResult",
+    "Statistics",
+    "Status",
+    "ThoughtTree",
+    "best_path",
+    "search",
+    "show",
+    "strategies",
+    "tasks",
+]

@@ -68,7 +68,8 @@ class RuntimeConfig:
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
     device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
-    reference elsewhere.
+    reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
+    kernel a runtime without tree sharing would use), for comparison.
     """
 
     page_size: int = 16
@@ -83,5 +84,7 @@ class RuntimeConfig:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
         if self.kv_memory_bytes is not None and self.kv_memory_bytes < 1:
             raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
-        if self.attention not in ("auto", "deft", "reference"):
-            raise ValueError(f"attention must be 'auto', 'deft' or 'reference', got {self.attention!r}")
+        if self.attention not in ("auto", "deft", "per_sequence", "reference"):
+            raise ValueError(
+                f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}"
+            )

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..config import Sampling
-from ..kernels import plan_tree_attention, store_kv, tree_attention
+from ..kernels import plan_tree_attention, store_kv, store_kv_reference, tree_attention
 from .kv_pool import KVPoolExhausted
 from .kv_tree import KVTree, Segment
 from .model import Transformer
@@ -73,6 +73,8 @@ class Engine:
         self.eos = set(eos_token_ids)
         self.max_context = max_context
         self.stats = EngineStats()
+        # The Triton store only pays off on the GPU; on the CPU the indexed copy is the fast path.
+        self.store = store_kv if model.device.type == "cuda" else store_kv_reference
 
     def forward(self, targets: Sequence[tuple[Segment, int]], extra: Sequence[Segment] = ()) -> torch.Tensor:
         """Logits [len(targets), vocab] (float32) at (segment, offset) positions.
@@ -121,7 +123,7 @@ class Engine:
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if num_write:
-                store_kv(pool.k[layer], pool.v[layer], k[:num_write], v[:num_write], write_slots)
+                self.store(pool.k[layer], pool.v[layer], k[:num_write], v[:num_write], write_slots)
             return tree_attention(q, pool.k[layer], pool.v[layer], plan, backend=self.attention)
 
         hidden = self.model.forward(ids, pos, attend)
