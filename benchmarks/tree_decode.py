@@ -92,7 +92,7 @@ def main() -> None:
         build_model(Path(tmp), args)
         lms = {
             name: LM.from_pretrained(tmp, device="cuda", dtype="bfloat16",
-                                     runtime=RuntimeConfig(attention=name, kv_memory_bytes=24 << 30))
+                                     runtime=RuntimeConfig(attention=name, kv_memory_bytes=8 << 30))
             for name in ("deft", "per_sequence")
         }
         model = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.bfloat16).cuda().eval()
