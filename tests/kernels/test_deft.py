@@ -19,6 +19,7 @@ from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 CPU = dict(d=64, dtype=torch.float16, device="cpu")
 SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)  # forces many chunks per node on small trees
 ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0)  # even one-token nodes shared
+PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
 
 
 @pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])
@@ -31,6 +32,7 @@ def test_tree_shapes_and_gqa(kind: str, h_q: int, h_kv: int) -> None:
     assert_close_to_reference(tree_attention(q, k, v, plan, backend="deft"), q, k, v, plan)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=SMALL_CHUNKS), q, k, v, plan)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=ALL_SHARED), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=PREFETCHED), q, k, v, plan)
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 64])
@@ -58,6 +60,7 @@ def test_causal_prefill_across_chunks(h_q: int, h_kv: int) -> None:
     n = 150
     q, k, v, plan = build([-1], [n], [0] * n, list(range(1, n + 1)), h_q=h_q, h_kv=h_kv, page_size=16, **CPU)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=SMALL_CHUNKS), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=PREFETCHED), q, k, v, plan)
 
 
 def test_speculative_token_tree() -> None:
@@ -115,7 +118,7 @@ def _random_tree(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED]))
+@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED, PREFETCHED]))
 def test_random_forests_with_partial_visibility(tree: tuple, group: int, config: WorkConfig) -> None:
     parents, lengths, queries, visible = tree
     depth_tokens = list(lengths)
@@ -127,3 +130,13 @@ def test_random_forests_with_partial_visibility(tree: tuple, group: int, config:
         return  # a query over an empty root path sees nothing; the plan rejects it (tested elsewhere)
     q, k, v, plan = build(parents, lengths, queries, visible, h_q=group, h_kv=1, page_size=7, **CPU)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
+def test_caches_whose_pages_are_not_back_to_back() -> None:
+    # Pages padded to 11 slots of which 8 are used: slot ids must go through (page, offset).
+    parents, lengths = [-1, 0, 0], [37, 17, 9]
+    q, k, v, plan = build(parents, lengths, [1, 2], None, h_q=4, h_kv=2, page_size=8, **CPU)
+    pad = lambda t: torch.cat([t, torch.zeros_like(t[:, :3])], dim=1)[:, :8]  # noqa: E731
+    k_strided, v_strided = pad(k), pad(v)
+    assert k_strided.stride(0) != 8 * k_strided.stride(1)
+    assert_close_to_reference(tree_attention(q, k_strided, v_strided, plan), q, k, v, plan)

@@ -24,12 +24,36 @@ _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows nev
 
 
 @triton.jit
+def _kv_rows(SLOTS, idx, ok, page_size, stride_p, stride_s, FLAT: tl.constexpr):
+    """Element offsets of the cache rows of the slots ``SLOTS[idx]``."""
+    slot = tl.load(SLOTS + idx, mask=ok, other=0).to(tl.int64)
+    if FLAT:  # pages back to back: a slot is a row, no 64-bit division per key
+        return slot * stride_s
+    page = slot // page_size
+    return page * stride_p + (slot - page * page_size) * stride_s
+
+
+@triton.jit
+def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2):
+    """Online-softmax update of one KV tile for all rows (keys at or past ``lim`` masked)."""
+    s = tl.dot(q, tl.trans(k)) * scale_log2
+    s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _partial_kernel(
     Q, K, V, SLOTS, ITEMS, QPERM, QNODE, QVIS, PO, PLSE,
     scale_log2, page_size,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     item = ITEMS + tl.program_id(0) * NFIELDS
     h = tl.program_id(1)
@@ -64,31 +88,36 @@ def _partial_kernel(
     m_i = tl.full([BLOCK_M], _NEG, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
-    for n0 in range(0, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < end
-        slot = tl.load(SLOTS + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
-        page = slot // page_size
-        off = slot - page * page_size
-        kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(
-            K + (page * stride_kp + off * stride_ks + h * stride_kh)[:, None] + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        s = tl.dot(q, tl.trans(k)) * scale_log2
-        s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            V + (page * stride_vp + off * stride_vs + h * stride_vh)[:, None] + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    tile = tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
+        # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
+        ok = tile < end
+        k_row = _kv_rows(SLOTS, kv_start + tile, ok, page_size, stride_kp, stride_ks, FLAT)
+        v_row = _kv_rows(SLOTS, kv_start + tile, ok, page_size, stride_vp, stride_vs, FLAT)
+        k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        ok1 = tile + BLOCK_N < end
+        k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT)
+        v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT)
+        for n0 in range(0, end, BLOCK_N):
+            ok1 = n0 + BLOCK_N + tile < end
+            k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
+            v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
+            ok2 = n0 + 2 * BLOCK_N + tile < end
+            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT)
+            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT)
+            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2)
+            k = k_next
+            v = v_next
+    else:
+        for n0 in range(0, end, BLOCK_N):
+            ok = n0 + tile < end
+            k_row = _kv_rows(SLOTS, kv_start + n0 + tile, ok, page_size, stride_kp, stride_ks, FLAT)
+            v_row = _kv_rows(SLOTS, kv_start + n0 + tile, ok, page_size, stride_vp, stride_vs, FLAT)
+            k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+            v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.math.log2(l_safe), _NEG)
@@ -157,7 +186,10 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
         raise ValueError(f"head_dim must be at least 16 for tensor-core tiles, got {q.shape[2]}")
 
 
-def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None) -> torch.Tensor:
+def _run(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None, merge: bool = True
+) -> torch.Tensor:
+    """Launch the partial kernels, then the merge (``merge=False`` stops before it, for timing)."""
     num_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     group = h_q // h_kv
@@ -168,6 +200,7 @@ def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: Wo
     if num_q == 0:
         return out
     page_size = k_cache.shape[1]
+    flat = k_cache.stride(0) == page_size * k_cache.stride(1) and v_cache.stride(0) == page_size * v_cache.stride(1)
     for tc in work.classes:
         items = work.items[tc.first_item : tc.first_item + tc.num_items]
         _partial_kernel[(tc.num_items, h_kv)](
@@ -177,12 +210,15 @@ def _run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: Wo
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-            NFIELDS=ITEM_FIELDS, num_warps=tc.num_warps, num_stages=tc.num_stages,
+            NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1,
+            num_warps=tc.num_warps, num_stages=tc.num_stages,
         )
+    if not merge:
+        return out
     _merge_kernel[(num_q, h_kv)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
-        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=max(2, 16 // g_pad), num_warps=4,
+        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block or max(2, 16 // g_pad), num_warps=4,
     )
     return out
 

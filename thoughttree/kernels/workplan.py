@@ -28,7 +28,7 @@ class WorkConfig:
     """How work is sized.
 
     waves: target programs per SM; num_sms: None = the device's; min_chunk: fewest KV tokens per
-    chunk, None = twice the tile's rows (so a chunk's fp32 partials stay small next to its KV);
+    chunk, None = four times the tile's rows (so a chunk's fp32 partials stay small next to its KV);
     max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
     small_node: nodes shorter than this are not shared: each query reads their tokens itself,
     together with its other short nodes (a speculative token tree's one-token nodes would
@@ -40,10 +40,17 @@ class WorkConfig:
     min_chunk: int | None = None
     max_block_m: int | None = None
     small_node: int = 8
+    tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
+    merge_block: int | None = None  # partials the merge loads per step, None = 16 rows' worth
 
     def __post_init__(self) -> None:
         if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk, self.max_block_m)):
             raise ValueError(f"waves, num_sms, min_chunk and max_block_m must be positive, got {self}")
+        for bm, bn, warps, stages in self.tiles or ():
+            if bm < 16 or bn < 16 or bm & (bm - 1) or bn & (bn - 1) or warps < 1 or stages < 1:
+                raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
+        if self.merge_block is not None and (self.merge_block < 1 or self.merge_block & (self.merge_block - 1)):
+            raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
         if self.small_node < 0:
             raise ValueError(f"small_node must be non-negative, got {self.small_node}")
 
@@ -81,17 +88,19 @@ class WorkPlan:
     partial_o: torch.Tensor
     partial_lse: torch.Tensor
     classes: tuple[TileClass, ...]
+    merge_block: int | None
 
 
-def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None) -> list[tuple[int, int, int, int]]:
+def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
     d = max(16, 1 << (head_dim - 1).bit_length())
-    # Five stages: the slot-id load that addresses each K/V tile takes one, and Triton only
-    # overlaps K/V copies with the tensor-core work from the fourth stage on (checked in TTGIR).
+    # Three stages measured faster on an H200 than five, though five let Triton overlap more
+    # copies: the deeper buffers cost resident programs and the chunks are short.
     if d <= 128:
-        shapes = [(16, 64, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5)]
+        shapes = [(16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)]
     else:
-        shapes = [(16, 32, 4, 5), (64, 32, 4, 5)]
+        shapes = [(16, 32, 4, 3), (64, 32, 4, 3)]
+    shapes = sorted(tiles) if tiles else shapes
     shapes = [s for s in shapes if s[0] >= group and (max_block_m is None or s[0] <= max_block_m)]
     if not shapes:
         raise ValueError(
@@ -138,6 +147,7 @@ def _finish(
     q_vis: np.ndarray,
     num_q_heads: int,
     head_dim: int,
+    merge_block: int | None,
 ) -> WorkPlan:
     """Order items by tile class, number partial rows, build merge lists, upload, allocate."""
     order = np.argsort(item_class, kind="stable")
@@ -168,6 +178,7 @@ def _finish(
         partial_o=torch.empty(num_partials, num_q_heads, head_dim, dtype=torch.float32, device=plan.device),
         partial_lse=torch.empty(num_partials, num_q_heads, dtype=torch.float32, device=plan.device),
         classes=tuple(classes),
+        merge_block=merge_block,
     )
 
 
@@ -179,7 +190,7 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
     group = num_q_heads // num_kv_heads
-    shapes = _tile_shapes(group, head_dim, cfg.max_block_m)
+    shapes = _tile_shapes(group, head_dim, cfg.max_block_m, cfg.tiles)
     bm_of = np.array([s[0] for s in shapes])
     bn_of = np.array([s[1] for s in shapes])
     pre, size = plan.preorder
@@ -201,7 +212,7 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
     cost = _cost(bm_of[cls])
     total = float((lengths[nodes] * blocks * cost).sum())
     target = total * num_kv_heads / (cfg.waves * _num_sms(cfg, plan.device))
-    min_chunk = 2 * bm_of[cls] if cfg.min_chunk is None else np.full(len(nodes), cfg.min_chunk)
+    min_chunk = 4 * bm_of[cls] if cfg.min_chunk is None else np.full(len(nodes), cfg.min_chunk)
     chunk = _chunk_sizes(cost, np.maximum(bn_of[cls], min_chunk), lengths[nodes], target, bn_of[cls])
     nchunks = -(-lengths[nodes] // chunk)
     # One row per chunk.
@@ -252,14 +263,14 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
         np.concatenate([plan.slots, own_slots]),
         np.concatenate([items, own_items]),
         np.concatenate([c_cls[i_chunk], np.zeros(len(who), dtype=np.int64)]),
-        shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim,
+        shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim, cfg.merge_block,
     )
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """Per-sequence split-KV items: each query's whole path on its own, cut into equal splits."""
     group = num_q_heads // num_kv_heads
-    bm, bn, warps, stages = _tile_shapes(group, head_dim)[0]
+    bm, bn, warps, stages = _tile_shapes(group, head_dim, None, cfg.tiles)[0]
     offsets, flat = plan.query_views
     lengths = np.diff(offsets)
     nq = plan.num_queries
@@ -282,4 +293,4 @@ def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim:
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
     ident = np.arange(nq)
-    return _finish(plan, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible, num_q_heads, head_dim)
+    return _finish(plan, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible, num_q_heads, head_dim, cfg.merge_block)
