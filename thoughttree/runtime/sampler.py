@@ -48,12 +48,26 @@ class Draw:
 
 def sample(logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]) -> Draw:
     """Choose one token per row of ``logits`` [R, vocab] (float32) under each row's own Sampling."""
-    rows, vocab = logits.shape
-    dev = logits.device
+    vocab, dev = logits.shape[1], logits.device
     logprobs = torch.log_softmax(logits, dim=-1)
     temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
     greedy = temp == 0
     scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        filtered = _filter(scaled, params)
+    else:
+        filtered = scaled
+    seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
+    step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
+    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, vocab)))
+    chosen = torch.where(greedy, logits.argmax(dim=-1), (filtered + gumbel).argmax(dim=-1))
+    picked = logprobs.gather(1, chosen[:, None])[:, 0]
+    return Draw(chosen.tolist(), picked.tolist())
+
+
+def _filter(scaled: torch.Tensor, params: Sequence[Sampling]) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p / min-p set to -inf (the best token always stays)."""
+    vocab, dev = scaled.shape[1], scaled.device
     top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=dev)
     top_p = torch.tensor([p.top_p for p in params], device=dev, dtype=torch.float32)
     min_p = torch.tensor([p.min_p for p in params], device=dev, dtype=torch.float32)
@@ -61,15 +75,9 @@ def sample(logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int
     probs = sorted_logits.softmax(dim=-1)
     rank = torch.arange(vocab, device=dev)[None, :]
     # Keep a token when it is inside top-k, when the mass before it is below top-p, and when it
-    # clears min-p of the best token's probability; the best token always survives.
+    # clears min-p of the best token's probability.
     keep = rank < top_k[:, None]
     keep &= (probs.cumsum(dim=-1) - probs) < top_p[:, None]
     keep &= probs >= min_p[:, None] * probs[:, :1]
     keep[:, 0] = True
-    filtered = torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_logits.masked_fill(~keep, float("-inf")))
-    seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
-    step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
-    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, vocab)))
-    chosen = torch.where(greedy, logits.argmax(dim=-1), (filtered + gumbel).argmax(dim=-1))
-    picked = logprobs.gather(1, chosen[:, None])[:, 0]
-    return Draw(chosen.tolist(), picked.tolist())
+    return torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_logits.masked_fill(~keep, float("-inf")))
