@@ -35,7 +35,7 @@ SWEEP = (
     WorkConfig(waves=1.0),
     WorkConfig(waves=4.0),
     WorkConfig(min_chunk=256),
-    WorkConfig(merge_block=1),
+    WorkConfig(merge_block=4),
     WorkConfig(tiles=((16, 64, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5))),
     WorkConfig(tiles=((16, 64, 4, 1), (64, 64, 4, 1), (128, 64, 8, 1))),  # register prefetch
 )

@@ -18,7 +18,7 @@ from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
 CPU = dict(d=64, dtype=torch.float16, device="cpu")
 SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)  # forces many chunks per node on small trees
-ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0)  # even one-token nodes shared
+ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge_block=4)  # one-token nodes shared
 PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
 
 

@@ -148,8 +148,7 @@ def _merge_kernel(
     m = tl.full([G_PAD], _NEG, tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], tl.float32)
-    # BLOCK_P partials per step, loaded together, so a query with many chunks on its path pays
-    # a few memory round trips instead of one per partial.
+    # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic.
     for i in range(first, last, BLOCK_P):
         offs_p = i + tl.arange(0, BLOCK_P)
         p_ok = offs_p < last
@@ -218,7 +217,7 @@ def _run(
     _merge_kernel[(num_q, h_kv)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
-        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block or max(2, 16 // g_pad), num_warps=4,
+        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block, num_warps=4,
     )
     return out
 
