@@ -1,0 +1,77 @@
+"""The bundled model's training data: held-out puzzles stay out, every target is right."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from thoughttree.tasks.game24 import (
+    NUM_PUZZLES, check_answer, held_out_puzzles, load_puzzles, make_state, parse_cot, parse_io, parse_propose,
+    parse_value, path_answer, value_label,
+)
+from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots
+
+
+def _state_of(example: Example) -> tuple:
+    return make_state(example.prompt.split(":", 1)[1].split())
+
+
+@pytest.fixture(scope="module")
+def examples() -> list[Example]:
+    return generate_examples(DataConfig())
+
+
+def test_held_out_starting_states_never_appear(examples: list[Example]) -> None:
+    held_out = {make_state(p) for p in held_out_puzzles()}
+    assert len(held_out) == 100
+    four_number_states = {_state_of(e) for e in examples if len(_state_of(e)) == 4}
+    assert four_number_states, "expected propose/value/io/cot prompts on four numbers"
+    assert not four_number_states & held_out
+
+
+def test_roots_are_all_other_multisets() -> None:
+    roots = training_roots()
+    assert len(roots) == 1820 - 100
+    puzzles = load_puzzles()
+    assert make_state(puzzles[900]) not in set(roots)
+    assert make_state(puzzles[899]) in set(roots)
+
+
+def test_kinds_and_balance(examples: list[Example]) -> None:
+    counts = Counter(e.kind for e in examples)
+    assert set(counts) == {"propose", "value", "io", "cot"}
+    assert counts["io"] == counts["cot"] == 1262 * DataConfig().solutions_per_puzzle
+    labels = Counter(e.completion for e in examples if e.kind == "value")
+    # positives are rare among states; repetition keeps them a sizeable share
+    assert labels["impossible\n"] / sum(labels.values()) < 0.8
+    assert labels["sure\n"] > 1000 and labels["likely\n"] > 1000
+
+
+def test_every_target_is_correct(examples: list[Example]) -> None:
+    rng = random.Random(0)
+    for e in rng.sample(examples, 4000):
+        state = _state_of(e)
+        if e.kind == "propose":
+            assert parse_propose(e.completion, state).valid, e
+        elif e.kind == "value":
+            assert parse_value(e.completion) == value_label(state), e
+        elif e.kind == "io":
+            assert check_answer(parse_io(e.completion), state).correct, e
+        else:
+            parsed = parse_cot(e.completion)
+            assert len(parsed.steps) == 3 and parsed.answer is not None
+            assert check_answer(parsed.answer, state).correct, e
+            assert path_answer(state, parsed.steps) == parsed.answer
+
+
+def test_generation_is_seeded() -> None:
+    # holding out most puzzles keeps this quick; the rule is the same as for the full data
+    small = {"kinds": ("io",), "solutions_per_puzzle": 2, "held_out": tuple(range(1200))}
+    first = generate_examples(DataConfig(**small))
+    assert first == generate_examples(DataConfig(**small))
+    assert first != generate_examples(DataConfig(**small, seed=1))
+    assert len(first) == 2 * (NUM_PUZZLES - 1200)
+    with pytest.raises(ValueError, match="unknown example kinds"):
+        DataConfig(kinds=("chat",))
