@@ -68,6 +68,7 @@ def test_cot_round_trip() -> None:
     assert parsed.steps == tuple(step.text() for step in path)
     assert parsed.answer == answer and check_answer(parsed.answer, puzzle).correct
     assert parse_cot("4 + 5 = 9 (left: 6 9 10)\n").answer is None
+    assert parse_cot("Steps...\nAnswer: 4 + 5 * (10 - 6) = 24\n").answer == "4 + 5 * (10 - 6) = 24"
 
 
 def test_path_answer_for_every_training_solution_kind() -> None:

@@ -142,11 +142,14 @@ class ParsedCot:
 
 
 def parse_cot(completion: str) -> ParsedCot:
-    """Split a cot completion; lines after the answer line are ignored."""
+    """Split a cot completion; lines after the answer line are ignored.
+
+    ``Answer:`` is accepted in any case, so few-shot replies of chat models parse too.
+    """
     steps: list[str] = []
     for raw in completion.split("\n"):
         line = raw.strip()
-        if line.startswith(ANSWER_PREFIX.strip()):
+        if line.lower().startswith(ANSWER_PREFIX.strip()):
             return ParsedCot(tuple(steps), line[len(ANSWER_PREFIX.strip()):].strip())
         if line:
             steps.append(line)
