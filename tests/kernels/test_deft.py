@@ -140,3 +140,11 @@ def test_caches_whose_pages_are_not_back_to_back() -> None:
     k_strided, v_strided = pad(k), pad(v)
     assert k_strided.stride(0) != 8 * k_strided.stride(1)
     assert_close_to_reference(tree_attention(q, k_strided, v_strided, plan), q, k, v, plan)
+
+
+def test_long_chain_of_short_nodes_is_split() -> None:
+    # 90 seven-token nodes in a chain: 630 unshared tokens per query, more than one piece.
+    n = 90
+    parents = [-1] + list(range(n - 1))
+    q, k, v, plan = build(parents, [7] * n, [n - 1, n - 2], None, h_q=4, h_kv=1, page_size=16, **CPU)
+    assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)

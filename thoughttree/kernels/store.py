@@ -19,7 +19,7 @@ def _store_kv_kernel(
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
 ):
     t = tl.program_id(0)
-    slot = tl.load(SLOTS + t)
+    slot = tl.load(SLOTS + t).to(tl.int64)
     page = slot // page_size
     off = slot - page * page_size
     h = tl.arange(0, H_PAD)

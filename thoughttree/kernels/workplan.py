@@ -21,6 +21,7 @@ from .topology import concat_ranges
 # Item columns (int32): slot offset, chunk length, first token inside the node, node id (-1: no
 # own-node queries), first reordered query, query count, first partial row.
 ITEM_FIELDS = 7
+OWN_PIECE = 512  # most tokens of a query's unshared short nodes one program reads
 
 
 @dataclass(frozen=True)
@@ -242,16 +243,19 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
         ],
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
-    # One item per query holding all short nodes on its path, read by that query alone.
+    # Per query, the short nodes on its path, read by that query alone; long runs of them (a
+    # chain of many short nodes) are split so one program never walks the whole chain.
     own_offsets, own_slots = plan.path_slots(small)
     own_len = np.diff(own_offsets)
-    who = np.nonzero(own_len > 0)[0]
+    pieces = -(-own_len // OWN_PIECE)
+    who = np.repeat(np.arange(len(own_len)), pieces)
+    start = concat_ranges(np.zeros(len(own_len), dtype=np.int64), pieces) * OWN_PIECE
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
     own_items = np.stack(
         [
-            len(plan.slots) + own_offsets[who],
-            own_len[who],
+            len(plan.slots) + own_offsets[who] + start,
+            np.minimum(OWN_PIECE, own_len[who] - start),
             np.zeros(len(who), dtype=np.int64),
             np.full(len(who), -1),  # no own-node masking: the path list already stops at query_visible
             inv_perm[who],
