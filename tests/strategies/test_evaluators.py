@@ -93,3 +93,27 @@ def test_evaluator_errors_name_the_problem():
 def _bare_child():
     tree = ThoughtTree(None, prompt=[1, 5])
     return tree.add_child(tree.root, [6], "x")
+
+
+def test_label_probs_is_the_expected_label_score(tiny_model_dir):
+    import torch
+
+    from thoughttree import LM, RuntimeConfig, ThoughtTree
+    from thoughttree.tasks import LabelProbs, TaskError
+
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
+    tree = ThoughtTree(lm, prompt="the quick brown fox")
+    nodes = [tree.root.extend(t) for t in (" jumps", " over the")]
+    labels = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
+    evaluator = LabelProbs(prompt=lambda problem, node: f"value: {node.text}\n", labels=labels)
+    before = lm.stats.forward_steps
+    values = evaluator.evaluate(lm, None, nodes, seed=0)
+    assert lm.stats.forward_steps - before == 1, "every node is scored in one forward"
+    ids = [lm.encode(label, add_bos=False)[0] for label in labels]
+    for node, value in zip(nodes, values):
+        probs = lm.tree_logits([lm.encode(f"value: {node.text}\n")])[0].softmax(-1)[ids]
+        want = float((probs / probs.sum()) @ torch.tensor(list(labels.values())))
+        assert value == pytest.approx(want, rel=1e-5)
+    same_start = LabelProbs(prompt=lambda p, n: "value:", labels={"ab": 1.0, "ac": 0.0})
+    with pytest.raises(TaskError, match="first tokens differ"):
+        same_start.evaluate(FakeLM(), None, nodes, seed=0)  # one token per character: both start with "a"

@@ -5,10 +5,14 @@ Subclass :class:`Task` for a new problem family; pick an evaluator from
 """
 
 from .base import Propose, Sample, Task, TaskConfig, TaskError
-from .evaluate import Evaluator, LogProb, Rollout, ValuePrompt, Verifier, Vote, parse_choice
+from .game24 import Game24, Game24Direct
+from .evaluate import Evaluator, LabelProbs, LogProb, Rollout, ValuePrompt, Verifier, Vote, parse_choice
 
 __all__ = [
     "Evaluator",
+    "Game24",
+    "Game24Direct",
+    "LabelProbs",
     "LogProb",
     "Propose",
     "Rollout",

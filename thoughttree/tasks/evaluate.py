@@ -4,6 +4,8 @@
   several times and average the labels' numbers. Prompts go to ``lm.complete`` (fresh prompts;
   a shared few-shot prefix is stored once by the runtime's prefix matching) or, with
   ``fork=True``, to ``lm.complete_from`` as a suffix of the node's own path.
+- :class:`LabelProbs`: the same question answered by the label probabilities of one forward
+  (``lm.tree_logits``): the expected label score, no sampling noise.
 - :class:`Vote`: show the model the children of one parent and let it vote for the best, several
   times; a child's value is its share of the votes.
 - :class:`LogProb`: the model's log-probability of the node's tokens (or of its whole path),
@@ -130,6 +132,51 @@ class ValuePrompt:
             labels = [self.label_of(g.text) for g in gens[i * k:(i + 1) * k]]
             out.append(sum(self.labels[lb] if lb is not None else self.unknown for lb in labels) / k)
         return out
+
+
+@dataclass(frozen=True)
+class LabelProbs:
+    """The expected label score under the model's next-token distribution after ``prompt(problem, node)``.
+
+    One ``lm.tree_logits`` call scores every node (value prompts share their prefix's KV), with no
+    sampling noise: value = sum over labels of p(label) * score, p renormalised over the labels.
+    Each label is identified by its first token, so the labels' first tokens must differ.
+    """
+
+    prompt: Callable[[Any, Node], str | Sequence[int]]
+    labels: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            raise ValueError("LabelProbs needs labels, e.g. {'sure': 20.0, 'likely': 1.0, 'impossible': 0.001}")
+        for label, value in self.labels.items():
+            _finite(value, f"LabelProbs label {label!r}")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return (min(self.labels.values()), max(self.labels.values()))
+
+    def evaluate(
+        self, lm: Any, problem: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None
+    ) -> list[float]:
+        if not nodes:
+            return []
+        first = {label: lm.encode(label, add_bos=False)[:1] for label in self.labels}
+        ids = [tokens[0] for tokens in first.values() if tokens]
+        if len(set(ids)) != len(self.labels):
+            raise TaskError(
+                "LabelProbs needs labels whose first tokens differ under this tokenizer; "
+                "use ValuePrompt (sampled answers) instead"
+            )
+        seqs = []
+        for node in nodes:
+            prompt = check_prompt(self.prompt(problem, node), "LabelProbs.prompt")
+            seqs.append(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+        logits = _need(lm, "tree_logits", "LabelProbs")(seqs)
+        probs = logits.float().softmax(dim=-1)[:, ids]  # [nodes, labels]
+        probs = probs / probs.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+        scores = probs.new_tensor(list(self.labels.values()))
+        return [float(v) for v in probs @ scores]
 
 
 _CHOICE = re.compile(r"best choice is\s*:?\s*(\d+)", re.IGNORECASE)

@@ -1,6 +1,7 @@
 """Game of 24: puzzles, exact checking, an exhaustive solver, step lines and prompt formats.
 
-Pure Python (no torch). The bundled model in ``thoughttree/models/game24`` is trained on the
+Pure Python (no torch). :mod:`.task` makes it a search task and :mod:`.run` runs a method over
+a range of puzzles. The bundled model in ``thoughttree/models/game24`` is trained on the
 formats of :mod:`.formats`; :mod:`.prompts` holds few-shot prompts for instruction-tuned models.
 """
 
@@ -16,10 +17,11 @@ from .prompts import few_shot_cot_prompt, few_shot_io_prompt, few_shot_propose_p
 from .puzzles import NUM_PUZZLES, TEST_INDICES, get_puzzle, held_out_puzzles, load_puzzles, parse_puzzle
 from .solver import good_steps, is_solvable, next_steps, solution_paths, solve
 from .steps import Step, StepCheck, compose_expression, make_state, make_step, parse_step, validate_step
+from .task import Game24, Game24Config, Game24Direct, Game24DirectConfig
 
 __all__ = [
     "NUM_PUZZLES", "TEST_INDICES", "VALUE_LABELS", "VALUE_OF_LABEL",
-    "CheckResult", "Evaluated", "ExpressionError", "ParsedCot", "Step", "StepCheck",
+    "CheckResult", "Evaluated", "Game24", "Game24Config", "Game24Direct", "Game24DirectConfig", "ExpressionError", "ParsedCot", "Step", "StepCheck",
     "check_answer", "compose_expression", "cot_prompt", "evaluate_expression",
     "few_shot_cot_prompt", "few_shot_io_prompt", "few_shot_propose_prompt", "few_shot_value_prompt",
     "format_answer", "format_number", "format_numbers", "get_puzzle", "good_steps",

@@ -1,0 +1,1 @@
+"""The subcommands of the ``thoughttree`` command, one module per group."""

@@ -1,0 +1,204 @@
+"""Subcommands that run models: ``game24``, ``demo`` (a short Game of 24 search) and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..config import RuntimeConfig, Sampling
+from ..live import format_stat, progress
+from ..runtime import LM, ModelLoadError
+from ..tasks.game24.run import METHODS, Game24Run, run_game24
+from ..tree import ThoughtTree, TreeError
+from ..tree.render import show
+from ..tree.serialize import tree_from_dict
+from .common import CliError, at_least
+
+if TYPE_CHECKING:
+    from .common import Subparsers
+
+
+def bundled_model_path() -> Path:
+    """The Game of 24 model shipped inside the package."""
+    return Path(str(resources.files("thoughttree").joinpath("models/game24")))
+
+
+def load_model(spec: str, device: str | None, dtype: str | None) -> LM:
+    path = bundled_model_path() if spec == "bundled" else Path(spec)
+    try:
+        return LM.from_pretrained(path, device=device, dtype=dtype)
+    except ModelLoadError as exc:
+        raise CliError(f"--model {spec}: {exc}") from exc
+
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
+
+
+# -- game24 --------------------------------------------------------------------------------------
+def add_game24(sub: Subparsers) -> None:
+    p = sub.add_parser("game24", help="solve Game of 24 puzzles with a search method")
+    _add_model(p)
+    p.add_argument("--method", choices=METHODS, default="bfs", help="io, cot, bon (k samples) or a tree search")
+    p.add_argument("--start", type=at_least(0), default=900, help="first puzzle index (default 900)")
+    p.add_argument("--end", type=at_least(1), default=1000, help="one past the last puzzle index (default 1000)")
+    p.add_argument("--puzzle", action="append", default=[], metavar="'A B C D'",
+                   help="solve this puzzle instead of the index range (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", type=Path, help="write the run file (trees, answers, success_rate) here")
+    p.add_argument("--value", choices=("probs", "samples"), default="probs",
+                   help="tree searches value a state by its label probabilities (default) or by sampled labels")
+    p.add_argument("--show", action="store_true", help="draw each searched tree")
+    p.add_argument("--live", action="store_true", help="watch each search in the terminal")
+    for name, default, text in (
+        ("breadth", 5, "BFS: states kept per level"),
+        ("samples", 5, "proposals sampled per expanded state"),
+        ("evaluations", 3, "value samples per state"),
+        ("k", 10, "io/cot/bon: answers sampled per puzzle"),
+        ("width", 5, "beam width"),
+        ("iterations", 32, "MCTS iterations"),
+    ):
+        p.add_argument(f"--{name}", type=at_least(1), default=default, help=f"{text} (default {default})")
+    p.set_defaults(run=run_game24_command)
+
+
+def run_game24_command(args: argparse.Namespace) -> int:
+    try:
+        run = Game24Run(
+            method=args.method, start=args.start, end=args.end, seed=args.seed, breadth=args.breadth,
+            samples=args.samples, evaluations=args.evaluations, k=args.k, width=args.width,
+            iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    lm = load_model(args.model, args.device, args.dtype)
+    console = Console()
+    count = len(run.problems())
+    solved = 0
+
+    def report(position: int, entry: dict[str, Any]) -> None:
+        nonlocal solved
+        solved += bool(entry["result"]["correct"])
+        if args.show:
+            show(tree_from_dict(entry["tree"]), console=console, max_children=4)
+        if bar is not None:
+            bar.advance(note=f"solved {solved}/{position + 1}")
+
+    if args.live:
+        bar = None
+        result = run_game24(lm, run, live=True, on_problem=report)
+    else:
+        with progress(count, f"game24 {run.method}", console=console) as bar:
+            result = run_game24(lm, run, on_problem=report)
+    if args.output is not None:
+        result.save(args.output)
+    console.print(summary_table(result.meta))
+    return 0
+
+
+def summary_table(meta: dict[str, Any]) -> Table:
+    run = meta["run"]
+    which = f"{len(run['puzzles'])} given puzzles" if run["puzzles"] else f"puzzles {run['start']}..{run['end'] - 1}"
+    table = Table(title=f"Game of 24, {which}, method {run['method']}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['problems']}")]
+    if "average_sample_accuracy" in meta:
+        rows.append(("average sample accuracy", f"{meta['average_sample_accuracy']:.1%}"))
+    rows += [
+        ("generated tokens", format_stat(meta["generated_tokens"])),
+        ("prefilled tokens", format_stat(meta["prefill_tokens"])),
+        ("wall time", f"{meta['wall_time']:.1f}s"),
+        ("device", meta.get("device", "")),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+# -- demo ----------------------------------------------------------------------------------------
+def add_demo(sub: Subparsers) -> None:
+    p = sub.add_parser("demo", help="a short Tree-of-Thoughts search on a few puzzles with the bundled model")
+    p.add_argument("--puzzles", type=at_least(1), default=3, help="how many puzzles from index 900 (default 3)")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    p.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    lm = load_model("bundled", args.device, None)
+    run = Game24Run(method="bfs", start=900, end=900 + args.puzzles)
+    console = Console()
+    console.print(f"Tree-of-Thoughts BFS (breadth {run.breadth}) with the bundled model on puzzles "
+                  f"{run.start}..{run.end - 1}, {lm.device}")
+    shown = False
+
+    def report(position: int, entry: dict[str, Any]) -> None:
+        nonlocal shown
+        res = entry["result"]
+        console.print(f"puzzle {entry['index']} ({entry['problem']}): {res['answer'] or 'no answer'} "
+                      f"{'✓' if res['correct'] else '✗'}")
+        if res["correct"] and not shown:
+            show(tree_from_dict(entry["tree"]), console=console, max_children=4)
+            shown = True
+
+    result = run_game24(lm, run, on_problem=report)
+    console.print(summary_table(result.meta))
+    return 0
+
+
+# -- bench ---------------------------------------------------------------------------------------
+def add_bench(sub: Subparsers) -> None:
+    p = sub.add_parser("bench", help="time batched tree decoding: one prompt, many branches")
+    _add_model(p)
+    p.add_argument("--prompt-tokens", type=at_least(1), default=2048, help="shared prompt length (default 2048)")
+    p.add_argument("--branches", type=at_least(1), default=64, help="children sampled together (default 64)")
+    p.add_argument("--tokens", type=at_least(1), default=64, help="tokens generated per branch (default 64)")
+    p.add_argument("--repeat", type=at_least(1), default=3, help="timed repetitions (default 3)")
+    p.set_defaults(run=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    lm = load_model(args.model, args.device, args.dtype)
+    if args.prompt_tokens + args.tokens > lm.max_context:
+        raise CliError(f"--prompt-tokens + --tokens exceed the model's context of {lm.max_context}")
+    vocab = lm.config.vocab_size
+    prompt = [(7 * i + 3) % vocab for i in range(args.prompt_tokens)]
+    sampling = Sampling(max_tokens=args.tokens, temperature=1.0, ignore_eos=True)
+    table = Table(title=f"tree decoding, {args.branches} branches × {args.tokens} tokens on a "
+                  f"{args.prompt_tokens}-token prompt, {lm.device}", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("run", "seconds", "tokens/s", "forward steps", "ms/step", "KV reuse"):
+        table.add_column(col, justify="right")
+    for rep in range(args.repeat + 1):  # the first run warms up kernels and caches
+        try:
+            tree = ThoughtTree(lm, prompt=prompt, seed=rep)
+        except TreeError as exc:
+            raise CliError(str(exc)) from exc
+        tree.materialize()
+        before = (lm.stats.forward_steps, lm.stats.attended_tokens, lm.stats.unique_tokens)
+        if lm.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tree.expand([tree.root], n=args.branches, sampling=sampling)
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        steps = lm.stats.forward_steps - before[0]
+        reuse = (lm.stats.attended_tokens - before[1]) / max(1, lm.stats.unique_tokens - before[2])
+        tree.prune(tree.root)
+        if rep:
+            table.add_row(str(rep), f"{seconds:.3f}", format_stat(args.branches * args.tokens / seconds),
+                          str(steps), f"{1000 * seconds / steps:.2f}", f"{reuse:.1f}×")
+    Console().print(table)
+    return 0

@@ -1,0 +1,205 @@
+"""Subcommands over saved run files: ``show``, ``stats`` and ``export``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.rule import Rule
+from rich.table import Table
+
+from ..live import format_stat
+from ..tree.export import graphml_text, to_dot
+from ..tree.render import legend, one_line, show
+from ..tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
+from ..tree.summary import TreeSummary, combine, summarize
+from ..tree.thought_tree import ThoughtTree
+from .common import CliError, at_least
+
+if TYPE_CHECKING:
+    from .common import Subparsers
+
+
+def _add_run_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_file", type=Path, help="a run file written by a search command (JSON)")
+    parser.add_argument("--problem", type=at_least(0), metavar="N", help="only problem N (counting from 0)")
+
+
+def _select(run: RunFile, index: int | None, path: Path) -> list[tuple[int, dict[str, Any], ThoughtTree]]:
+    """(index, entry, tree) of the chosen problem, or of every problem when ``index`` is None."""
+    if index is not None and index >= len(run.problems):
+        count = len(run.problems)
+        valid = f"0..{count - 1}" if count else "none"
+        raise CliError(f"problem {index} is out of range: {path} has {count} problem(s) ({valid})")
+    chosen = range(len(run.problems)) if index is None else [index]
+    out = []
+    for i in chosen:
+        try:
+            out.append((i, run.problems[i], tree_from_dict(run.problems[i]["tree"])))
+        except RunFileError as exc:
+            raise RunFileError(f"{path}, problem {i}: {exc}") from exc
+    return out
+
+
+def _wall_time(result: Any) -> float | None:
+    """Seconds the problem took: ``wall_time`` in the result's "statistics" or "stats", or at its top."""
+    if not isinstance(result, dict):
+        return None
+    sources = [result.get(k) for k in ("statistics", "stats")] + [result]
+    for source in sources:
+        value = source.get("wall_time") if isinstance(source, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+# -- show ----------------------------------------------------------------------------------------
+def add_show(sub: Subparsers) -> None:
+    p = sub.add_parser("show", help="draw the searched trees of a run file")
+    _add_run_file(p)
+    p.add_argument("--depth", type=at_least(0), metavar="N", help="draw down to depth N (the prompt is 0)")
+    p.add_argument("--children", type=at_least(1), metavar="N", help="at most N children per node, best first")
+    p.add_argument("--best", action="store_true", help="only the best path")
+    p.add_argument("--solved", action="store_true", help="only paths that end in a solution")
+    p.add_argument("--width", type=at_least(20), metavar="COLS", help="draw at this width (default: terminal)")
+    p.set_defaults(run=run_show)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    run = load_run(args.run_file)
+    console = Console()
+    for i, entry, tree in _select(run, args.problem, args.run_file):
+        title = f"problem {i}"
+        if entry.get("problem") is not None:
+            title += f": {one_line(str(entry['problem']), 60)}"
+        console.print(Rule(title, align="left"), width=args.width)
+        show(
+            tree,
+            console=console,
+            max_depth=args.depth,
+            max_children=args.children,
+            best_only=args.best,
+            solved_only=args.solved,
+            width=args.width,
+            with_legend=False,
+        )
+    console.print(legend(), width=args.width)
+    return 0
+
+
+# -- stats ---------------------------------------------------------------------------------------
+def add_stats(sub: Subparsers) -> None:
+    p = sub.add_parser("stats", help="tables of tree shape, tokens, solutions and time per problem")
+    _add_run_file(p)
+    p.add_argument("--total", action="store_true", help="only the totals over all problems")
+    p.set_defaults(run=run_stats)
+
+
+_STATS_COLUMNS = ("nodes", "depths", "branch", "prompt", "gen", "solved", "pruned", "best", "time")
+
+
+def _stats_row(summary: TreeSummary, seconds: float | None) -> list[str]:
+    def opt(value: float | None) -> str:
+        return "–" if value is None else format_stat(value)
+
+    return [
+        format_stat(summary.nodes),
+        " ".join(str(c) for c in summary.per_depth),
+        opt(summary.branching),
+        format_stat(summary.prompt_tokens),
+        format_stat(summary.generated_tokens),
+        format_stat(summary.solved),
+        format_stat(summary.pruned),
+        opt(summary.best_value),
+        "–" if seconds is None else f"{seconds:.2f}s",
+    ]
+
+
+def _stats_table(title: str, rows: list[tuple[str, list[str]]], console: Console) -> Table:
+    """One row per problem when the terminal is wide enough, else one block of metric rows per problem."""
+    caption = "prompt, gen: tokens of roots, of other nodes; branch: mean children of expanded nodes"
+    wide = Table(
+        title=title, title_justify="left", caption=caption, caption_justify="left",
+        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
+    )  # fmt: skip
+    wide.add_column("problem", max_width=20, overflow="ellipsis", no_wrap=True)
+    for name in _STATS_COLUMNS:
+        wide.add_column(name, justify="left" if name == "depths" else "right", no_wrap=True)
+    for name, cells in rows:
+        wide.add_row(name, *cells, style="bold" if name.startswith("total") else None)
+    # Measure unclamped: rich limits a measurement to the width it is given.
+    if Measurement.get(console, console.options.update_width(10_000), wide).maximum <= console.width:
+        return wide
+    tall = Table(title=title, title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE)
+    tall.add_column("metric", style="dim")
+    tall.add_column("value", overflow="fold")
+    for name, cells in rows:
+        tall.add_row(name, "", style="bold")
+        for metric, cell in zip(_STATS_COLUMNS, cells):
+            tall.add_row(metric, cell)
+        tall.add_section()
+    return tall
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    run = load_run(args.run_file)
+    chosen = _select(run, args.problem, args.run_file)
+    rows: list[tuple[str, list[str]]] = []
+    summaries, times = [], []
+    for i, entry, tree in chosen:
+        summary, seconds = summarize(tree), _wall_time(entry.get("result"))
+        summaries.append(summary)
+        times.append(seconds)
+        if not args.total:
+            problem = f"{i}: {one_line(str(entry['problem']), 20)}" if entry.get("problem") is not None else str(i)
+            rows.append((problem, _stats_row(summary, seconds)))
+    if len(chosen) > 1 or args.total:
+        known = [t for t in times if t is not None]
+        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None)))
+    console = Console()
+    console.print(_stats_table(str(args.run_file), rows, console))
+    if run.meta:
+        meta = Table(title="run", title_justify="left", show_header=False, box=box.SIMPLE)
+        meta.add_column("key", style="dim")
+        meta.add_column("value", overflow="fold")
+        for key, value in run.meta.items():
+            text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else format_stat(value)
+            meta.add_row(key, text)
+        console.print(meta)
+    return 0
+
+
+# -- export --------------------------------------------------------------------------------------
+def add_export(sub: Subparsers) -> None:
+    p = sub.add_parser("export", help="one problem's tree as GraphML, Graphviz DOT or JSON")
+    _add_run_file(p)
+    p.add_argument("--format", required=True, choices=("graphml", "dot", "json"), help="file format to write")
+    p.add_argument("--output", type=Path, metavar="PATH", help="write here instead of to stdout")
+    p.set_defaults(run=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    run = load_run(args.run_file)
+    if args.problem is None and len(run.problems) != 1:
+        raise CliError(f"{args.run_file} has {len(run.problems)} problems; choose one with --problem N")
+    [(_, _, tree)] = _select(run, args.problem if args.problem is not None else 0, args.run_file)
+    if args.format == "graphml":
+        text = graphml_text(tree)
+    elif args.format == "dot":
+        text = to_dot(tree)
+    else:
+        text = json.dumps(tree_to_dict(tree), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    return 0

@@ -1,0 +1,133 @@
+"""Game of 24 over a range of puzzles with one method: the search per puzzle and the run's totals.
+
+Methods: ``io`` and ``cot`` sample k whole answers (IO directly, CoT step by step) and report
+both "any of k correct" (the success rate; the checker picks) and the average share of correct
+samples; ``bon`` samples k CoT answers and keeps the one with the highest sequence
+log-probability (no checker in the choice); ``bfs``, ``dfs``, ``beam`` and ``mcts`` search the
+propose/value tree. Every method may use the exact checker on a finished answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from ...search import search
+from ...strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
+from ...tree import derive_seed
+from ...tree.serialize import RunFile
+from ..base import Task
+from ..evaluate import LogProb
+from .arith import format_numbers
+from .puzzles import NUM_PUZZLES, load_puzzles
+from .task import Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
+
+METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
+
+
+@dataclass(frozen=True)
+class Game24Run:
+    """One run's settings; defaults follow Tree of Thoughts (breadth 5, 3 value samples, depth 3)."""
+
+    method: str = "bfs"
+    start: int = 900
+    end: int = 1000
+    seed: int = 0
+    breadth: int = 5  # BFS nodes kept per level
+    samples: int = 5  # proposals sampled per expanded node
+    evaluations: int = 3  # value samples per node
+    k: int = 10  # answers sampled by io, cot and bon
+    width: int = 5  # beam width
+    iterations: int = 32  # MCTS iterations
+    value: str = "probs"  # how tree searches value states: label probabilities or sampled labels
+    puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if not 0 <= self.start < NUM_PUZZLES:
+            raise ValueError(f"--start {self.start} is beyond the data: puzzles are numbered 0..{NUM_PUZZLES - 1}")
+        if not self.start < self.end <= NUM_PUZZLES:
+            raise ValueError(f"--end must be in {self.start + 1}..{NUM_PUZZLES}, got {self.end}")
+        if self.value not in ("probs", "samples"):
+            raise ValueError(f"--value must be 'probs' or 'samples', got {self.value!r}")
+        for name in ("breadth", "samples", "evaluations", "k", "width", "iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+
+    def problems(self) -> list[tuple[int | None, str]]:
+        """(dataset index or None, puzzle text) for every puzzle of the run."""
+        if self.puzzles:
+            return [(None, p) for p in self.puzzles]
+        table = load_puzzles()
+        return [(i, format_numbers(table[i])) for i in range(self.start, self.end)]
+
+    def task_and_strategy(self) -> tuple[Task, StrategyBase]:
+        m = self.method
+        if m in ("io", "cot"):
+            return Game24Direct(Game24DirectConfig(style=m, dedupe=False)), BestOfN(n=self.k)
+        if m == "bon":
+            return _LogProbCot(Game24DirectConfig(style="cot", dedupe=False)), BestOfN(n=self.k)
+        task = Game24(Game24Config(value=self.value))
+        if m == "bfs":
+            return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)
+        if m == "dfs":
+            return task, DFS(samples=self.samples, depth=3, threshold=0.5, evaluations=self.evaluations)
+        if m == "beam":
+            return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3, evaluations=self.evaluations)
+        return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations)
+
+
+class _LogProbCot(Game24Direct):
+    """CoT samples ranked by the model's own sequence log-probability (best-of-N without a checker)."""
+
+    def evaluator(self) -> LogProb:
+        return LogProb()
+
+    def check(self, problem: Any, answer: str) -> bool | None:
+        return None
+
+
+def run_game24(
+    lm: Any, run: Game24Run, *, live: bool = False, on_problem: Callable[[int, dict[str, Any]], None] | None = None
+) -> RunFile:
+    """Search every puzzle of ``run``; returns the run file (meta holds success_rate)."""
+    out = RunFile(meta={"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
+                        "device": str(getattr(lm, "device", ""))})
+    began = time.perf_counter()
+    solved, averages, generated, prefilled = 0, [], 0, 0
+    problems = run.problems()
+    for position, (index, problem) in enumerate(problems):
+        task, strategy = run.task_and_strategy()
+        seed = derive_seed(run.seed, problem if index is None else index)
+        result = search(task, strategy, lm, problem=problem, seed=seed, live=live)
+        entry = result.to_entry()
+        entry["index"] = index
+        correct = result.answer is not None and Game24Direct().check(problem, result.answer)
+        entry["result"]["correct"] = correct
+        if run.method in ("io", "cot", "bon"):
+            samples = [n for n in result.tree.root.children]
+            good = sum(1 for n in samples if (a := task.answer(problem, n)) and Game24Direct().check(problem, a))
+            entry["result"]["sample_accuracy"] = good / max(1, len(samples))
+            averages.append(entry["result"]["sample_accuracy"])
+        solved += bool(correct)
+        generated += result.statistics.generated_tokens
+        prefilled += result.statistics.prefill_tokens
+        result.tree.release_kv()
+        out.problems.append(entry)
+        if on_problem is not None:
+            on_problem(position, entry)
+    count = len(problems)
+    out.meta.update(
+        success_rate=solved / count,
+        solved=solved,
+        problems=count,
+        generated_tokens=generated,
+        prefill_tokens=prefilled,
+        wall_time=time.perf_counter() - began,
+    )
+    if averages:
+        out.meta["average_sample_accuracy"] = sum(averages) / len(averages)
+    return out

@@ -1,0 +1,157 @@
+"""Game of 24 as a search task: propose one step per sample, value states, check answers exactly.
+
+A node below the root is one step line ``a op b = c (left: ...)``; its state is the numbers
+left. Children come from the propose prompt of the node's state (several samples, duplicates
+and invalid steps rejected); nodes are scored by the value prompt (sure / likely / impossible,
+averaged over samples, as in Tree of Thoughts); a node with one number left is terminal, and
+its path composes into an answer expression that the exact checker verifies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+from ...config import Sampling
+from ...tree import Node
+from ..base import Propose, Request, Task, TaskConfig
+from ..evaluate import Evaluator, LabelProbs, ValuePrompt, Verifier
+from .arith import check_answer, format_numbers
+from .formats import (
+    VALUE_OF_LABEL,
+    cot_prompt,
+    io_prompt,
+    parse_cot,
+    parse_io,
+    parse_propose,
+    path_answer,
+    propose_prompt,
+    value_prompt,
+)
+from .puzzles import parse_puzzle
+from .steps import make_state, parse_step
+
+Puzzle = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Game24Config(TaskConfig):
+    """Sampling of proposals, and how states are valued.
+
+    ``value`` "probs" scores a state by the expected label score under the value prompt's
+    label probabilities (one forward, no noise); "samples" averages ``value_samples`` sampled
+    labels as Tree of Thoughts does.
+    """
+
+    sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=32, temperature=1.0, stop="\n"))
+    value: str = "probs"
+    value_sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=6, temperature=0.7, stop="\n"))
+    value_samples: int = 3
+
+    def __post_init__(self) -> None:
+        if self.value not in ("probs", "samples"):
+            raise ValueError(f"Game24 value must be 'probs' or 'samples', got {self.value!r}")
+
+
+def as_puzzle(problem: str | Sequence[int]) -> Puzzle:
+    """A puzzle from ``"4 5 6 10"`` or a sequence of four integers (clear error otherwise)."""
+    return parse_puzzle(problem) if isinstance(problem, str) else parse_puzzle(" ".join(str(x) for x in problem))
+
+
+def node_state(puzzle: Puzzle, node: Node) -> tuple[Fraction, ...]:
+    """Numbers left at ``node`` (the puzzle at the root)."""
+    if node.is_root:
+        return make_state(puzzle)
+    return parse_step(node.text.strip()).left
+
+
+def node_steps(node: Node) -> list[str]:
+    return [n.text.strip() for n in node.path()[1:]]
+
+
+class Game24(Task):
+    """Tree-of-Thoughts Game of 24 on the bundled model's prompt formats."""
+
+    def __init__(self, config: Game24Config | None = None) -> None:
+        self.config = config or Game24Config()
+
+    def prompt(self, problem: str | Sequence[int]) -> str:
+        return f"{format_numbers(make_state(as_puzzle(problem)))}\n"
+
+    def request(self, problem: str | Sequence[int], node: Node) -> Request:
+        return Propose(propose_prompt(node_state(as_puzzle(problem), node)), self.config.sampling)
+
+    def split(self, problem: str | Sequence[int], parent: Node, completion: str) -> list[str]:
+        line = completion.split("\n", 1)[0].strip()
+        return [line + "\n"] if line else []
+
+    def accept(self, problem: str | Sequence[int], parent: Node, text: str) -> bool:
+        return parse_propose(text, node_state(as_puzzle(problem), parent)).valid
+
+    def evaluator(self) -> Evaluator:
+        def prompt(problem: str | Sequence[int], node: Node) -> str:
+            return value_prompt(node_state(as_puzzle(problem), node))
+
+        if self.config.value == "probs":
+            return LabelProbs(prompt=prompt, labels=VALUE_OF_LABEL)
+        return ValuePrompt(
+            prompt=prompt, labels=VALUE_OF_LABEL, samples=self.config.value_samples, sampling=self.config.value_sampling
+        )
+
+    def is_terminal(self, problem: str | Sequence[int], node: Node) -> bool:
+        return not node.is_root and len(node_state(as_puzzle(problem), node)) == 1
+
+    def answer(self, problem: str | Sequence[int], node: Node) -> str | None:
+        if not self.is_terminal(problem, node):
+            return None
+        try:
+            return path_answer(as_puzzle(problem), node_steps(node))
+        except ValueError:
+            return None
+
+    def check(self, problem: str | Sequence[int], answer: str) -> bool:
+        return check_answer(answer, as_puzzle(problem)).correct
+
+
+@dataclass(frozen=True)
+class Game24DirectConfig(TaskConfig):
+    """``style`` "io" (the answer at once) or "cot" (three steps, then the answer)."""
+
+    style: str = "io"
+    sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=160, temperature=1.0))
+
+    def __post_init__(self) -> None:
+        if self.style not in ("io", "cot"):
+            raise ValueError(f"Game24Direct style must be 'io' or 'cot', got {self.style!r}")
+
+
+class Game24Direct(Task):
+    """The baselines: sample whole answers (IO) or step-by-step chains (CoT); the checker scores them."""
+
+    def __init__(self, config: Game24DirectConfig | None = None) -> None:
+        self.config = config or Game24DirectConfig()
+
+    def prompt(self, problem: str | Sequence[int]) -> str:
+        puzzle = as_puzzle(problem)
+        return io_prompt(puzzle) if self.config.style == "io" else cot_prompt(puzzle)
+
+    def evaluator(self) -> Evaluator:
+        def score(problem: str | Sequence[int], node: Node) -> float:
+            answer = self.answer(problem, node)
+            return 1.0 if answer is not None and self.check(problem, answer) else 0.0
+
+        return Verifier(score)
+
+    def is_terminal(self, problem: str | Sequence[int], node: Node) -> bool:
+        return not node.is_root
+
+    def answer(self, problem: str | Sequence[int], node: Node) -> str | None:
+        if node.is_root:
+            return None
+        if self.config.style == "io":
+            return parse_io(node.text) or None
+        return parse_cot(node.text).answer
+
+    def check(self, problem: str | Sequence[int], answer: str) -> bool:
+        return check_answer(answer, as_puzzle(problem)).correct
