@@ -5,6 +5,7 @@ initialised Llama-family model of a chosen shape (weights do not change the work
 
 - thoughttree with DeFT tree attention (the shared prompt's KV read once per step),
 - thoughttree with per-sequence split-KV attention (same runtime, no sharing in attention),
+  prefilled with DeFT like the first so that only decoding differs,
 - transformers ``generate`` on the prompt repeated ``branches`` times (batched, its own KV cache).
 
     python benchmarks/tree_decode.py [--layers 16 --hidden 2048 --heads 32 --kv-heads 8]
@@ -53,12 +54,15 @@ def sync_time() -> float:
     return time.perf_counter()
 
 
-def ours(lm: LM, prompt: list[int], branches: int, tokens: int) -> tuple[float, float]:
+def ours(lm: LM, backend: str, prompt: list[int], branches: int, tokens: int) -> tuple[float, float]:
+    """Prefill with DeFT (causal tree attention), then decode with ``backend``."""
     sampling = Sampling(max_tokens=tokens, temperature=1.0, ignore_eos=True)
     tree = ThoughtTree(lm, prompt=prompt, seed=0)
+    lm.engine.attention = "deft"
     t0 = sync_time()
     tree.materialize()
     t1 = sync_time()
+    lm.engine.attention = backend
     tree.expand([tree.root], n=branches, sampling=sampling)
     t2 = sync_time()
     tree.prune(tree.root)
@@ -90,11 +94,7 @@ def main() -> None:
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
     with tempfile.TemporaryDirectory() as tmp:
         build_model(Path(tmp), args)
-        lms = {
-            name: LM.from_pretrained(tmp, device="cuda", dtype="bfloat16",
-                                     runtime=RuntimeConfig(attention=name, kv_memory_bytes=8 << 30))
-            for name in ("deft", "per_sequence")
-        }
+        lm = LM.from_pretrained(tmp, device="cuda", dtype="bfloat16", runtime=RuntimeConfig(kv_memory_bytes=16 << 30))
         model = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.bfloat16).cuda().eval()
     table = Table(title=f"tree decoding, Llama shape L={args.layers} hidden={args.hidden} "
                   f"heads={args.heads}/{args.kv_heads}, bf16, random weights", title_justify="left")
@@ -103,9 +103,9 @@ def main() -> None:
     for prompt_len, branches, tokens in WORKLOADS:
         prompt = [1] + [(17 * i + 5) % args.vocab for i in range(prompt_len - 1)]
         rows = {}
-        for name, lm in lms.items():
-            ours(lm, prompt[:256], 4, 4)  # warm up kernels for this shape class
-            rows[f"thoughttree {name}"] = ours(lm, prompt, branches, tokens)
+        for name in ("deft", "per_sequence"):
+            ours(lm, name, prompt[:256], 4, 4)  # warm up kernels for this shape class
+            rows[f"thoughttree {name}"] = ours(lm, name, prompt, branches, tokens)
         try:
             hf(model, prompt[:256], 2, 2)
             rows["transformers generate"] = hf(model, prompt, branches, tokens)
