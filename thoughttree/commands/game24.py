@@ -61,7 +61,7 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
-        ("samples", 5, "proposals sampled per expanded state"),
+        ("samples", 10, "proposals sampled per expanded state"),
         ("evaluations", 3, "value samples per state"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
         ("width", 5, "beam width"),

@@ -35,7 +35,7 @@ class Game24Run:
     end: int = 1000
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
-    samples: int = 5  # proposals sampled per expanded node
+    samples: int = 10  # proposals sampled per expanded node (a propose prompt lists about this many)
     evaluations: int = 3  # value samples per node
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
