@@ -88,3 +88,32 @@ def test_sharded_checkpoint_loads(tmp_path, pair) -> None:
     sharded = LM.from_pretrained(tmp_path, device="cpu", runtime=RuntimeConfig(num_pages=64))
     seq = [[1, 5, 9, 13, 17]]
     torch.testing.assert_close(sharded.tree_logits(seq), lm.tree_logits(seq), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_tied_embeddings(tmp_path, arch: str) -> None:
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, arch, tie=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert hf.config.tie_word_embeddings
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    seqs = [[1, 7, 9, 11, 13], [1, 7, 9, 40]]
+    got = lm.tree_logits(seqs)
+    for row, seq in zip(got, seqs):
+        with torch.no_grad():
+            want = hf(torch.tensor([seq])).logits[0, -1]
+        assert (row - want).abs().max().item() <= 1e-4
+
+
+def test_sliding_window_caps_the_context(tmp_path) -> None:
+    import json
+
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "mistral")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["sliding_window"] = 64
+    (path / "config.json").write_text(json.dumps(cfg))
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    assert lm.max_context == 64  # beyond the window attention would differ from full attention
