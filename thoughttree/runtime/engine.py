@@ -16,7 +16,6 @@ import torch
 
 from ..config import Sampling
 from ..kernels import plan_tree_attention, store_kv, store_kv_reference, tree_attention
-from .kv_pool import KVPoolExhausted
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .sampler import sample
@@ -195,6 +194,3 @@ class Engine:
         if len(out.tokens) >= sp.max_tokens or out.segment.end >= self.max_context:
             return "length"
         return ""
-
-
-__all__ = ["DecodeRequest", "Decoded", "Engine", "EngineStats", "KVPoolExhausted"]

@@ -77,13 +77,13 @@ class KVTree:
             parent.refs += 1
         return seg
 
-    def insert(self, parent: Segment | None, tokens: list[int], *, match_limit: int | None = None) -> Segment:
+    def insert(self, parent: Segment | None, tokens: list[int]) -> Segment:
         """Add ``tokens`` after ``parent`` sharing what already exists; returns the tail segment, retained once.
 
-        At most ``match_limit`` tokens are matched against existing segments (callers that need
-        the last token's logits keep it out of the match so it is computed).
+        A sequence that exists already in full returns the segment ending there (split off if
+        the match ends inside one); the engine recomputes its last row when logits are wanted.
         """
-        limit = len(tokens) if match_limit is None else min(match_limit, len(tokens))
+        limit = len(tokens)
         node, i = parent, 0
         while i < limit:
             best, best_len = None, 0
