@@ -84,3 +84,59 @@ def test_command_errors(tmp_path, capsys) -> None:
     assert "no config.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["game24", "--start", "abc"])
+
+
+def test_few_shot_prompts_for_instruction_models() -> None:
+    from thoughttree.tasks import ValuePrompt
+    from thoughttree.tasks.game24.task import Game24Config
+
+    task, problem = Game24(Game24Config(prompts="few_shot", value="samples")), "4 5 6 10"
+    tree = _tree()
+    request = task.request(problem, tree.root)
+    assert "Possible next steps:" in request.prompt and request.prompt.rstrip().endswith("Possible next steps:")
+    completion = "10 - 4 = 6 (left: 5 6 6)\n5 + 6 = 11 (left: 4 10 11)\nI think that is all\n"
+    lines = task.split(problem, tree.root, completion)
+    assert lines == ["10 - 4 = 6 (left: 5 6 6)\n", "5 + 6 = 11 (left: 4 10 11)\n", "I think that is all\n"]
+    assert [task.accept(problem, tree.root, line) for line in lines] == [True, True, False]
+    assert isinstance(task.evaluator(), ValuePrompt)
+    with pytest.raises(ValueError, match="value='samples'"):
+        Game24Config(prompts="few_shot", value="probs")
+    io = Game24Direct(Game24DirectConfig(prompts="few_shot"))
+    assert io.prompt(problem).endswith("Input: 4 5 6 10\n")
+    node = tree.add_child(tree.root, [4], "Answer: (10 - 4) * 5 - 6 = 24\n")
+    assert io.check(problem, io.answer(problem, node))
+
+
+def test_run_keeps_going_after_a_failed_search(tmp_path, capsys) -> None:
+    """A search that fails (here: prompts longer than the model's context) is recorded, not fatal."""
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama", max_position_embeddings=64)
+    out = tmp_path / "run.json"
+    code = main(["game24", "--model", str(path), "--device", "cpu", "--prompts", "few_shot", "--method", "bfs",
+                 "--puzzle", "4 5 6 10", "--puzzle", "1 2 3 4", "--output", str(out)])
+    assert code == 0
+    from thoughttree.tree.serialize import load_run
+
+    run = load_run(out)
+    assert run.meta["errors"] == 2 and len(run.problems) == 2
+    assert "context" in run.problems[0]["result"]["error"]
+    assert "searches that failed" in capsys.readouterr().out
+
+
+def test_few_shot_search_runs_on_a_real_model(tmp_path) -> None:
+    from tiny_models import make_model
+
+    from thoughttree import LM, RuntimeConfig, search
+    from thoughttree.strategies import BFS
+    from thoughttree.tasks.game24.task import Game24Config
+
+    path = make_model(tmp_path, "qwen2", max_position_embeddings=4096)
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=2048))
+    task = Game24(Game24Config(prompts="few_shot", value="samples", value_samples=1))
+    result = search(task, BFS(breadth=2, samples=2, depth=3), lm, problem="4 5 6 10", seed=0)
+    assert result.stopped in ("done", "solved")
+    # A random model writes no valid steps: proposals were sampled, every one was rejected.
+    assert lm.stats.generated_tokens > 0 and result.answer is None and not result.solved
+    assert all(not n.alive for n in result.tree.nodes[1:])
+    lm.check_integrity(result.tree)

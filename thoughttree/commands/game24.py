@@ -55,19 +55,23 @@ def add_game24(sub: Subparsers) -> None:
                    help="solve this puzzle instead of the index range (repeatable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=Path, help="write the run file (trees, answers, success_rate) here")
-    p.add_argument("--value", choices=("probs", "samples"), default="probs",
-                   help="tree searches value a state by its label probabilities (default) or by sampled labels")
+    p.add_argument("--prompts", choices=("compact", "few_shot"),
+                   help="compact formats (default for the bundled model) or few-shot Tree-of-Thoughts prompts "
+                        "(default for other models)")
+    p.add_argument("--value", choices=("probs", "samples"),
+                   help="value states by label probabilities (compact default) or sampled verdicts (few-shot default)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
-        ("samples", 10, "proposals sampled per expanded state"),
+        ("samples", None, "propose completions per expanded state (10 compact, 1 few-shot)"),
         ("evaluations", 3, "value samples per state"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
         ("width", 5, "beam width"),
         ("iterations", 32, "MCTS iterations"),
     ):
-        p.add_argument(f"--{name}", type=at_least(1), default=default, help=f"{text} (default {default})")
+        shown = f" (default {default})" if default is not None else ""
+        p.add_argument(f"--{name}", type=at_least(1), default=default, help=text + shown)
     p.set_defaults(run=run_game24_command)
 
 
@@ -77,6 +81,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
             method=args.method, start=args.start, end=args.end, seed=args.seed, breadth=args.breadth,
             samples=args.samples, evaluations=args.evaluations, k=args.k, width=args.width,
             iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value,
+            prompts=args.prompts or ("compact" if args.model == "bundled" else "few_shot"),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
@@ -115,6 +120,8 @@ def summary_table(meta: dict[str, Any]) -> Table:
     rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['problems']}")]
     if "average_sample_accuracy" in meta:
         rows.append(("average sample accuracy", f"{meta['average_sample_accuracy']:.1%}"))
+    if meta.get("errors"):
+        rows.append(("searches that failed", f"{meta['errors']} (see result.error in the run file)"))
     rows += [
         ("generated tokens", format_stat(meta["generated_tokens"])),
         ("prefilled tokens", format_stat(meta["prefill_tokens"])),

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from ...search import search
+from ...search import SearchError, search
 from ...strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ...tree import derive_seed
 from ...tree.serialize import RunFile
@@ -21,7 +21,7 @@ from ..base import Task
 from ..evaluate import LogProb
 from .arith import format_numbers
 from .puzzles import NUM_PUZZLES, load_puzzles
-from .task import Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
+from .task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -35,24 +35,33 @@ class Game24Run:
     end: int = 1000
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
-    samples: int = 10  # proposals sampled per expanded node (a propose prompt lists about this many)
+    samples: int | None = None  # propose completions per expanded node: 10 compact (one step each), 1 few-shot (a list)
     evaluations: int = 3  # value samples per node
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
     iterations: int = 32  # MCTS iterations
-    value: str = "probs"  # how tree searches value states: label probabilities or sampled labels
+    value: str | None = None  # "probs" (compact default) or "samples" (few-shot default)
+    prompts: str = "compact"  # "compact" for the bundled model, "few_shot" for instruction-tuned models
     puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
+        compact = self.prompts == "compact"
+        if self.samples is None:
+            object.__setattr__(self, "samples", 10 if compact else 1)
+        if self.value is None:
+            object.__setattr__(self, "value", "probs" if compact else "samples")
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         if not 0 <= self.start < NUM_PUZZLES:
             raise ValueError(f"--start {self.start} is beyond the data: puzzles are numbered 0..{NUM_PUZZLES - 1}")
         if not self.start < self.end <= NUM_PUZZLES:
             raise ValueError(f"--end must be in {self.start + 1}..{NUM_PUZZLES}, got {self.end}")
-        if self.value not in ("probs", "samples"):
-            raise ValueError(f"--value must be 'probs' or 'samples', got {self.value!r}")
+        if self.prompts not in STYLES:
+            raise ValueError(f"--prompts must be one of {', '.join(STYLES)}, got {self.prompts!r}")
+        if self.value not in ("probs", "samples") or (self.value == "probs" and not compact):
+            raise ValueError(f"--value must be 'samples' for few-shot prompts, or 'probs'/'samples' for compact ones; "
+                             f"got {self.value!r}")
         for name in ("breadth", "samples", "evaluations", "k", "width", "iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -67,10 +76,10 @@ class Game24Run:
     def task_and_strategy(self) -> tuple[Task, StrategyBase]:
         m = self.method
         if m in ("io", "cot"):
-            return Game24Direct(Game24DirectConfig(style=m, dedupe=False)), BestOfN(n=self.k)
+            return Game24Direct(Game24DirectConfig(style=m, prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
         if m == "bon":
-            return _LogProbCot(Game24DirectConfig(style="cot", dedupe=False)), BestOfN(n=self.k)
-        task = Game24(Game24Config(value=self.value))
+            return _LogProbCot(Game24DirectConfig(style="cot", prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
+        task = Game24(Game24Config(prompts=self.prompts, value=self.value))
         if m == "bfs":
             return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)
         if m == "dfs":
@@ -97,13 +106,19 @@ def run_game24(
     out = RunFile(meta={"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
                         "device": str(getattr(lm, "device", ""))})
     began = time.perf_counter()
-    solved, averages, generated, prefilled = 0, [], 0, 0
+    solved, averages, generated, prefilled, errors = 0, [], 0, 0, 0
     problems = run.problems()
     for position, (index, problem) in enumerate(problems):
         task, strategy = run.task_and_strategy()
         seed = derive_seed(run.seed, problem if index is None else index)
-        result = search(task, strategy, lm, problem=problem, seed=seed, live=live)
-        entry = result.to_entry()
+        try:
+            result = search(task, strategy, lm, problem=problem, seed=seed, live=live)
+            entry = result.to_entry()
+        except SearchError as exc:  # keep what was searched and go on with the next puzzle
+            result = exc.partial_result
+            entry = result.to_entry()
+            entry["result"]["error"] = str(exc.__cause__ or exc)
+            errors += 1
         entry["index"] = index
         correct = result.answer is not None and Game24Direct().check(problem, result.answer)
         entry["result"]["correct"] = correct
@@ -127,6 +142,7 @@ def run_game24(
         generated_tokens=generated,
         prefill_tokens=prefilled,
         wall_time=time.perf_counter() - began,
+        errors=errors,
     )
     if averages:
         out.meta["average_sample_accuracy"] = sum(averages) / len(averages)

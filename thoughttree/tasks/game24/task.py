@@ -1,10 +1,14 @@
-"""Game of 24 as a search task: propose one step per sample, value states, check answers exactly.
+"""Game of 24 as a search task: propose steps, value states, check answers exactly.
 
 A node below the root is one step line ``a op b = c (left: ...)``; its state is the numbers
-left. Children come from the propose prompt of the node's state (several samples, duplicates
-and invalid steps rejected); nodes are scored by the value prompt (sure / likely / impossible,
-averaged over samples, as in Tree of Thoughts); a node with one number left is terminal, and
-its path composes into an answer expression that the exact checker verifies.
+left. Children come from a propose prompt of the node's state (invalid steps and duplicates
+rejected); states are scored by a value prompt (sure / likely / impossible, as in Tree of
+Thoughts); a node with one number left is terminal, and its path composes into an answer
+expression that the exact checker verifies.
+
+Two prompt styles: ``"compact"``, the one-line formats the bundled model is trained on (one
+step per sample), and ``"few_shot"``, Tree-of-Thoughts-style few-shot prompts for
+instruction-tuned models (each completion lists several steps; values are sampled verdicts).
 """
 
 from __future__ import annotations
@@ -18,40 +22,52 @@ from ...tree import Node
 from ..base import Propose, Request, Task, TaskConfig
 from ..evaluate import Evaluator, LabelProbs, ValuePrompt, Verifier
 from .arith import check_answer, format_numbers
-from .formats import (
-    VALUE_OF_LABEL,
-    cot_prompt,
-    io_prompt,
-    parse_cot,
-    parse_io,
-    parse_propose,
-    path_answer,
-    propose_prompt,
-    value_prompt,
-)
+from .formats import VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose, path_answer
+from .formats import propose_prompt, value_prompt
+from .prompts import few_shot_cot_prompt, few_shot_io_prompt, few_shot_propose_prompt, few_shot_value_prompt
 from .puzzles import parse_puzzle
 from .steps import make_state, parse_step
 
 Puzzle = tuple[int, ...]
+STYLES = ("compact", "few_shot")
+
+
+def _check_style(style: str) -> None:
+    if style not in STYLES:
+        raise ValueError(f"Game24 prompts must be one of {', '.join(STYLES)}, got {style!r}")
 
 
 @dataclass(frozen=True)
 class Game24Config(TaskConfig):
-    """Sampling of proposals, and how states are valued.
+    """Prompt style, sampling of proposals, and how states are valued.
 
-    ``value`` "probs" scores a state by the expected label score under the value prompt's
-    label probabilities (one forward, no noise); "samples" averages ``value_samples`` sampled
-    labels as Tree of Thoughts does.
+    ``value`` "probs" scores a state by the expected label score under the value prompt's label
+    probabilities (one forward, no noise; compact prompts only, whose labels are single tokens);
+    "samples" averages ``value_samples`` sampled verdicts as Tree of Thoughts does. Sampling
+    settings left as None take the style's defaults.
     """
 
-    sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=32, temperature=1.0, stop="\n"))
+    prompts: str = "compact"
+    sampling: Sampling | None = None  # type: ignore[assignment]
     value: str = "probs"
-    value_sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=6, temperature=0.7, stop="\n"))
+    value_sampling: Sampling | None = None
     value_samples: int = 3
 
     def __post_init__(self) -> None:
+        _check_style(self.prompts)
         if self.value not in ("probs", "samples"):
             raise ValueError(f"Game24 value must be 'probs' or 'samples', got {self.value!r}")
+        if self.prompts == "few_shot" and self.value == "probs":
+            raise ValueError("few-shot Game24 prompts end in a free-text verdict; use value='samples'")
+        compact = self.prompts == "compact"
+        if self.sampling is None:
+            default = (Sampling(max_tokens=32, temperature=1.0, stop="\n") if compact
+                       else Sampling(max_tokens=200, temperature=0.7, stop=("\n\n", "Numbers:")))
+            object.__setattr__(self, "sampling", default)
+        if self.value_sampling is None:
+            default = (Sampling(max_tokens=6, temperature=0.7, stop="\n") if compact
+                       else Sampling(max_tokens=120, temperature=0.7, stop=("Numbers:",)))
+            object.__setattr__(self, "value_sampling", default)
 
 
 def as_puzzle(problem: str | Sequence[int]) -> Puzzle:
@@ -71,7 +87,7 @@ def node_steps(node: Node) -> list[str]:
 
 
 class Game24(Task):
-    """Tree-of-Thoughts Game of 24 on the bundled model's prompt formats."""
+    """Tree-of-Thoughts Game of 24 (see the module docstring for the two prompt styles)."""
 
     def __init__(self, config: Game24Config | None = None) -> None:
         self.config = config or Game24Config()
@@ -80,18 +96,25 @@ class Game24(Task):
         return f"{format_numbers(make_state(as_puzzle(problem)))}\n"
 
     def request(self, problem: str | Sequence[int], node: Node) -> Request:
-        return Propose(propose_prompt(node_state(as_puzzle(problem), node)), self.config.sampling)
+        state = node_state(as_puzzle(problem), node)
+        text = propose_prompt(state) if self.config.prompts == "compact" else few_shot_propose_prompt(state)
+        return Propose(text, self.config.sampling)
 
     def split(self, problem: str | Sequence[int], parent: Node, completion: str) -> list[str]:
-        line = completion.split("\n", 1)[0].strip()
-        return [line + "\n"] if line else []
+        lines = [line.strip() for line in completion.split("\n") if line.strip()]
+        if self.config.prompts == "compact":
+            lines = lines[:1]  # one step per sample
+        return [line + "\n" for line in lines]
 
     def accept(self, problem: str | Sequence[int], parent: Node, text: str) -> bool:
         return parse_propose(text, node_state(as_puzzle(problem), parent)).valid
 
     def evaluator(self) -> Evaluator:
+        compact = self.config.prompts == "compact"
+
         def prompt(problem: str | Sequence[int], node: Node) -> str:
-            return value_prompt(node_state(as_puzzle(problem), node))
+            state = node_state(as_puzzle(problem), node)
+            return value_prompt(state) if compact else few_shot_value_prompt(state)
 
         if self.config.value == "probs":
             return LabelProbs(prompt=prompt, labels=VALUE_OF_LABEL)
@@ -116,14 +139,20 @@ class Game24(Task):
 
 @dataclass(frozen=True)
 class Game24DirectConfig(TaskConfig):
-    """``style`` "io" (the answer at once) or "cot" (three steps, then the answer)."""
+    """``style`` "io" (the answer at once) or "cot" (three steps, then the answer); ``prompts`` as Game24."""
 
     style: str = "io"
-    sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=160, temperature=1.0))
+    prompts: str = "compact"
+    sampling: Sampling | None = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.style not in ("io", "cot"):
             raise ValueError(f"Game24Direct style must be 'io' or 'cot', got {self.style!r}")
+        _check_style(self.prompts)
+        if self.sampling is None:
+            # Compact completions end with EOS; few-shot ones run on into the next example.
+            stop = () if self.prompts == "compact" else (("\n",) if self.style == "io" else ("\nInput:",))
+            object.__setattr__(self, "sampling", Sampling(max_tokens=160, temperature=1.0, stop=stop))
 
 
 class Game24Direct(Task):
@@ -134,6 +163,8 @@ class Game24Direct(Task):
 
     def prompt(self, problem: str | Sequence[int]) -> str:
         puzzle = as_puzzle(problem)
+        if self.config.prompts == "few_shot":
+            return few_shot_io_prompt(puzzle) if self.config.style == "io" else few_shot_cot_prompt(puzzle)
         return io_prompt(puzzle) if self.config.style == "io" else cot_prompt(puzzle)
 
     def evaluator(self) -> Evaluator:
@@ -150,7 +181,10 @@ class Game24Direct(Task):
         if node.is_root:
             return None
         if self.config.style == "io":
-            return parse_io(node.text) or None
+            line = parse_io(node.text)
+            if line.lower().startswith("answer:"):
+                line = line[len("answer:"):].strip()
+            return line or None
         return parse_cot(node.text).answer
 
     def check(self, problem: str | Sequence[int], answer: str) -> bool:
