@@ -58,7 +58,7 @@ def main() -> None:
         result = run_game24(lm, run)
         flags = " ".join(f"--{k} {v}" for k, v in opts.items())
         result.save(args.out / f"game24-{'-'.join(str(v) for v in opts.values())}.json")
-        m, n = result.meta, result.meta["problems"]
+        m, n = result.totals, result.totals["puzzles"]
         avg = f"{m['average_sample_accuracy']:.1%}" if "average_sample_accuracy" in m else "–"
         print(f"| {name} | `{flags}` | **{m['success_rate']:.0%}** | {avg} | {m['generated_tokens'] / n:,.0f} | "
               f"{m['prefill_tokens'] / n:,.0f} | {m['wall_time']:.0f} |", flush=True)

@@ -119,7 +119,7 @@ def test_run_keeps_going_after_a_failed_search(tmp_path, capsys) -> None:
     from thoughttree.tree.serialize import load_run
 
     run = load_run(out)
-    assert run.meta["errors"] == 2 and len(run.problems) == 2
+    assert run.totals["errors"] == 2 and run.totals["success_rate"] == 0 and len(run.problems) == 2
     assert "context" in run.problems[0]["result"]["error"]
     assert "searches that failed" in capsys.readouterr().out
 

@@ -18,7 +18,7 @@ from ..runtime import LM, ModelLoadError
 from ..tasks.game24.run import METHODS, Game24Run, run_game24
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
-from ..tree.serialize import tree_from_dict
+from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least
 
 if TYPE_CHECKING:
@@ -106,18 +106,18 @@ def run_game24_command(args: argparse.Namespace) -> int:
             result = run_game24(lm, run, on_problem=report)
     if args.output is not None:
         result.save(args.output)
-    console.print(summary_table(result.meta))
+    console.print(summary_table(result))
     return 0
 
 
-def summary_table(meta: dict[str, Any]) -> Table:
-    run = meta["run"]
+def summary_table(result: RunFile) -> Table:
+    meta, run = result.totals, result.meta["run"]
     which = f"{len(run['puzzles'])} given puzzles" if run["puzzles"] else f"puzzles {run['start']}..{run['end'] - 1}"
     table = Table(title=f"Game of 24, {which}, method {run['method']}",
                   title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['problems']}")]
+    rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['puzzles']}")]
     if "average_sample_accuracy" in meta:
         rows.append(("average sample accuracy", f"{meta['average_sample_accuracy']:.1%}"))
     if meta.get("errors"):
@@ -126,7 +126,7 @@ def summary_table(meta: dict[str, Any]) -> Table:
         ("generated tokens", format_stat(meta["generated_tokens"])),
         ("prefilled tokens", format_stat(meta["prefill_tokens"])),
         ("wall time", f"{meta['wall_time']:.1f}s"),
-        ("device", meta.get("device", "")),
+        ("device", result.meta.get("device", "")),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -159,7 +159,7 @@ def run_demo(args: argparse.Namespace) -> int:
             shown = True
 
     result = run_game24(lm, run, on_problem=report)
-    console.print(summary_table(result.meta))
+    console.print(summary_table(result))
     return 0
 
 

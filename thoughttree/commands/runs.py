@@ -164,11 +164,11 @@ def run_stats(args: argparse.Namespace) -> int:
         rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None)))
     console = Console()
     console.print(_stats_table(str(args.run_file), rows, console))
-    if run.meta:
+    if run.meta or run.totals:
         meta = Table(title="run", title_justify="left", show_header=False, box=box.SIMPLE)
         meta.add_column("key", style="dim")
         meta.add_column("value", overflow="fold")
-        for key, value in run.meta.items():
+        for key, value in {**run.meta, **run.totals}.items():
             text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else format_stat(value)
             meta.add_row(key, text)
         console.print(meta)

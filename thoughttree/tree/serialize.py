@@ -2,11 +2,12 @@
 
 A run file holds one or more searched problems::
 
-    {"format": "thoughttree.run", "version": 1, "meta": {...},
+    {"format": "thoughttree.run", "version": 1, "meta": {...}, "success_rate": 0.62, ...,
      "problems": [{"problem": "4 5 6 10", "tree": {...}, "result": {...}}, ...]}
 
-``meta`` carries the task, strategy and sampling settings, seed and totals (e.g. success_rate);
-each ``result`` carries that problem's answer, solved flag and statistics.
+``meta`` carries the task, strategy and sampling settings and the seed; a run over many problems
+also writes its totals (success_rate, tokens, time) as top-level numbers; each ``result``
+carries that problem's answer, solved flag and statistics.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .thought_tree import ThoughtTree
 FORMAT = "thoughttree.run"
 TREE_FORMAT = "thoughttree.tree"
 VERSION = 1
+_RESERVED = ("format", "version", "meta", "problems")
 
 
 class RunFileError(ValueError):
@@ -86,16 +88,20 @@ def tree_from_dict(data: dict[str, Any], lm: Any = None) -> ThoughtTree:
 
 @dataclass
 class RunFile:
-    """A saved run: settings and totals in ``meta``, one entry per problem."""
+    """A saved run: settings in ``meta``, run totals in ``totals`` (top-level keys), one entry per problem."""
 
     meta: dict[str, Any] = field(default_factory=dict)
     problems: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, float | int] = field(default_factory=dict)
 
     def trees(self, lm: Any = None) -> list[ThoughtTree]:
         return [tree_from_dict(p["tree"], lm) for p in self.problems]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "meta": self.meta, "problems": self.problems}
+        clash = set(self.totals) & set(_RESERVED)
+        if clash:
+            raise RunFileError(f"run totals may not use the reserved keys {sorted(clash)}")
+        return {**self.totals, "format": FORMAT, "version": VERSION, "meta": self.meta, "problems": self.problems}
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temp file then rename) so a crash never leaves half a file."""
@@ -118,7 +124,8 @@ def load_run(path: str | Path) -> RunFile:
     problems = data.get("problems")
     if not isinstance(problems, list) or not all(isinstance(p, dict) and "tree" in p for p in problems):
         raise RunFileError(f"{path} has no valid 'problems' list; the file is corrupt")
-    return RunFile(meta=dict(data.get("meta", {})), problems=problems)
+    totals = {k: v for k, v in data.items() if k not in _RESERVED}
+    return RunFile(meta=dict(data.get("meta", {})), problems=problems, totals=totals)
 
 
 def _check_header(data: Any, fmt: str, what: str, path: Path | None = None) -> None:

@@ -102,7 +102,7 @@ class _LogProbCot(Game24Direct):
 def run_game24(
     lm: Any, run: Game24Run, *, live: bool = False, on_problem: Callable[[int, dict[str, Any]], None] | None = None
 ) -> RunFile:
-    """Search every puzzle of ``run``; returns the run file (meta holds success_rate)."""
+    """Search every puzzle of ``run``; returns the run file (its totals hold success_rate, tokens, time)."""
     out = RunFile(meta={"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
                         "device": str(getattr(lm, "device", ""))})
     began = time.perf_counter()
@@ -135,15 +135,15 @@ def run_game24(
         if on_problem is not None:
             on_problem(position, entry)
     count = len(problems)
-    out.meta.update(
+    out.totals.update(
         success_rate=solved / count,
         solved=solved,
-        problems=count,
+        puzzles=count,
         generated_tokens=generated,
         prefill_tokens=prefilled,
         wall_time=time.perf_counter() - began,
         errors=errors,
     )
     if averages:
-        out.meta["average_sample_accuracy"] = sum(averages) / len(averages)
+        out.totals["average_sample_accuracy"] = sum(averages) / len(averages)
     return out
