@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -163,6 +164,13 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _synced_time(lm: LM) -> float:
+    """Wall time after the device's queued work is done."""
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+    return time.perf_counter()
+
+
 # -- bench ---------------------------------------------------------------------------------------
 def add_bench(sub: Subparsers) -> None:
     p = sub.add_parser("bench", help="time batched tree decoding: one prompt, many branches")
@@ -192,15 +200,9 @@ def run_bench(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from exc
         tree.materialize()
         before = (lm.stats.forward_steps, lm.stats.attended_tokens, lm.stats.unique_tokens)
-        if lm.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = _synced_time(lm)
         tree.expand([tree.root], n=args.branches, sampling=sampling)
-        if lm.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        seconds = _synced_time(lm) - t0
         steps = lm.stats.forward_steps - before[0]
         reuse = (lm.stats.attended_tokens - before[1]) / max(1, lm.stats.unique_tokens - before[2])
         tree.prune(tree.root)

@@ -63,17 +63,6 @@ class TreePlan:
         """([N] depth-first position of each node, [N] subtree sizes); see :func:`topology.preorder`."""
         return preorder(self.parents)
 
-    def node_slots(self, node: int) -> np.ndarray:
-        return self.slots[self.node_offsets[node] : self.node_offsets[node + 1]]
-
-    def path(self, node: int) -> list[int]:
-        """Nodes from the root down to ``node``."""
-        out = []
-        while node >= 0:
-            out.append(node)
-            node = int(self.parents[node])
-        return out[::-1]
-
     def path_slots(self, nodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Each query's visible slots of the nodes in ``nodes`` ([N] bool, None = all), root first.
 

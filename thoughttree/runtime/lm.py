@@ -151,20 +151,22 @@ class LM:
                 x.kv = self.kv.insert(parent, self._check_tokens(x.tokens, f"node {x.id}"))
                 made.append(x)
         except BaseException:
-            for x in reversed(made):
-                self.kv.release(x.kv)
-                x.kv = None
+            self._detach(made)
             raise
         return made
+
+    def _detach(self, made: list[Node]) -> None:
+        """Undo :meth:`_attach` for the nodes it gave KV."""
+        for x in reversed(made):
+            self.kv.release(x.kv)
+            x.kv = None
 
     def materialize(self, nodes: Sequence[Node]) -> None:
         made = self._attach(nodes)
         try:
             self.engine.forward([], extra=[x.kv for x in nodes])
         except BaseException:
-            for x in reversed(made):
-                self.kv.release(x.kv)
-                x.kv = None
+            self._detach(made)
             raise
 
     def generate(

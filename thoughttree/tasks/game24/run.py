@@ -19,7 +19,7 @@ from ...tree import derive_seed
 from ...tree.serialize import RunFile
 from ..base import Task
 from ..evaluate import LogProb
-from .arith import format_numbers
+from .arith import check_answer, format_numbers
 from .puzzles import NUM_PUZZLES, load_puzzles
 from .task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 
@@ -99,6 +99,10 @@ class _LogProbCot(Game24Direct):
         return None
 
 
+def _correct(problem: str, answer: str | None) -> bool:
+    return answer is not None and check_answer(answer, as_puzzle(problem)).correct
+
+
 def run_game24(
     lm: Any, run: Game24Run, *, live: bool = False, on_problem: Callable[[int, dict[str, Any]], None] | None = None
 ) -> RunFile:
@@ -120,11 +124,11 @@ def run_game24(
             entry["result"]["error"] = str(exc.__cause__ or exc)
             errors += 1
         entry["index"] = index
-        correct = result.answer is not None and Game24Direct().check(problem, result.answer)
+        correct = _correct(problem, result.answer)
         entry["result"]["correct"] = correct
         if run.method in ("io", "cot", "bon"):
-            samples = [n for n in result.tree.root.children]
-            good = sum(1 for n in samples if (a := task.answer(problem, n)) and Game24Direct().check(problem, a))
+            samples = result.tree.root.children
+            good = sum(_correct(problem, task.answer(problem, n)) for n in samples)
             entry["result"]["sample_accuracy"] = good / max(1, len(samples))
             averages.append(entry["result"]["sample_accuracy"])
         solved += bool(correct)
