@@ -27,7 +27,7 @@ from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
 from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
-from thoughttree.kernels.deft import _run, deft_work  # noqa: E402
+from thoughttree.kernels.deft import deft_work, run_work  # noqa: E402
 
 FLEX_BUDGET_S = 60.0  # stop compiling FlexAttention for new shapes after this much wall time
 SWEEP = (
@@ -153,7 +153,7 @@ def main() -> None:
         plan = make_plan(w, node_slots, "cuda")
         ours, _ = timer(lambda: deft_tree_attention(q, k, v, plan))
         work = deft_work(plan, H_Q, H_KV, HEAD_DIM)
-        partial_only, _ = timer(lambda: _run(q, k, v, work, None, merge=False))
+        partial_only, _ = timer(lambda: run_work(q, k, v, work, None, merge=False))
         seq, _ = timer(lambda: per_sequence_attention(q, k, v, plan))
         diff = (deft_tree_attention(q, k, v, plan).float() - per_sequence_attention(q, k, v, plan).float()).abs().max().item()
         sdpa = sdpa_gathered(q, k, v, plan)

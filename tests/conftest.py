@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import torch
+
+# Without a GPU, Triton kernels run in the interpreter. triton.jit decides at decoration time, so
+# this is set before any test module imports thoughttree.kernels. The CPU runtime itself keeps
+# the PyTorch path (LM picks the reference backend and unfused layers on CPU); tests that run the
+# Triton path on CPU ask for it explicitly.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 

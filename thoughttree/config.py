@@ -69,13 +69,18 @@ class RuntimeConfig:
     device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
-    kernel a runtime without tree sharing would use), for comparison.
+    kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
+    after a batch's first token replay CUDA graphs captured per bucket of row counts
+    (``cuda_graphs=False`` runs the same steps eagerly); batches of more than
+    ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory.
     """
 
     page_size: int = 16
     num_pages: int | None = None
     kv_memory_bytes: int | None = None
     attention: str = "auto"
+    cuda_graphs: bool = True
+    graph_max_rows: int = 512
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -84,6 +89,8 @@ class RuntimeConfig:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
         if self.kv_memory_bytes is not None and self.kv_memory_bytes < 1:
             raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
+        if self.graph_max_rows < 1:
+            raise ValueError(f"graph_max_rows must be >= 1, got {self.graph_max_rows}")
         if self.attention not in ("auto", "deft", "per_sequence", "reference"):
             raise ValueError(
                 f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}"

@@ -185,10 +185,15 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
         raise ValueError(f"head_dim must be at least 16 for tensor-core tiles, got {q.shape[2]}")
 
 
-def _run(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None, merge: bool = True
+def run_work(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None = None,
+    merge: bool = True,
 ) -> torch.Tensor:
-    """Launch the partial kernels, then the merge (``merge=False`` stops before it, for timing)."""
+    """Launch the partial kernels over ``work``, then the merge (``merge=False`` stops before it, for timing).
+
+    Shapes as :func:`deft_tree_attention`; the merge runs one program per row of q, so q may
+    have padding rows past the work's queries (their merge lists are empty: output zero).
+    """
     num_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     group = h_q // h_kv
@@ -263,7 +268,7 @@ def deft_tree_attention(
     """
     _check_inputs(q, k_cache, v_cache)
     work = deft_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
-    return _run(q, k_cache, v_cache, work, sm_scale)
+    return run_work(q, k_cache, v_cache, work, sm_scale)
 
 
 def per_sequence_attention(
@@ -282,4 +287,4 @@ def per_sequence_attention(
     """
     _check_inputs(q, k_cache, v_cache)
     work = per_sequence_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
-    return _run(q, k_cache, v_cache, work, sm_scale)
+    return run_work(q, k_cache, v_cache, work, sm_scale)

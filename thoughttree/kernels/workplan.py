@@ -129,18 +129,32 @@ def _chunk_sizes(cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.
     return np.maximum(size, align).astype(np.int64)
 
 
-def _upload(plan: TreePlan, arrays: list[np.ndarray]) -> list[torch.Tensor]:
-    """One host-to-device copy for all int32 metadata; returns views of it."""
-    sizes = [a.size for a in arrays]
-    flat = np.concatenate([a.astype(np.int64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
-    if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
-        raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
-    dev = torch.from_numpy(flat.astype(np.int32)).to(plan.device)
-    return list(torch.split(dev, sizes))
+@dataclass(frozen=True, eq=False)
+class HostWork:
+    """Work items and merge lists on the host, before upload (int64 numpy arrays).
+
+    slots [S]; items [I, 7] ordered by tile class with partial rows numbered; item_class [I];
+    q_perm, q_node, q_vis [Q]; merge_offsets [Q + 1]; merge_rows [P]; shapes: the tile shape of
+    each class.
+    """
+
+    slots: np.ndarray
+    items: np.ndarray
+    item_class: np.ndarray
+    q_perm: np.ndarray
+    q_node: np.ndarray
+    q_vis: np.ndarray
+    merge_offsets: np.ndarray
+    merge_rows: np.ndarray
+    shapes: tuple[tuple[int, int, int, int], ...]
+
+    @property
+    def num_partials(self) -> int:
+        return len(self.merge_rows)
 
 
-def _finish(
-    plan: TreePlan,
+def layout(
+    num_queries: int,
     slots: np.ndarray,
     items: np.ndarray,
     item_class: np.ndarray,
@@ -148,26 +162,37 @@ def _finish(
     q_perm: np.ndarray,
     q_node: np.ndarray,
     q_vis: np.ndarray,
-    num_q_heads: int,
-    head_dim: int,
-    merge_block: int,
-) -> WorkPlan:
-    """Order items by tile class, number partial rows, build merge lists, upload, allocate."""
+) -> HostWork:
+    """Order items by tile class, number their partial rows and build each query's merge list."""
     order = np.argsort(item_class, kind="stable")
-    items, item_class = items[order], item_class[order]
+    items, item_class = items[order].copy(), item_class[order]
     counts = items[:, 5]
     items[:, 6] = np.cumsum(counts) - counts
-    num_partials = int(counts.sum())
     row_query = q_perm[concat_ranges(items[:, 4], counts)]  # original query of each partial row
     merge_rows = np.argsort(row_query, kind="stable")  # item order inside a query: deterministic
-    merge_offsets = np.zeros(plan.num_queries + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_query, minlength=plan.num_queries), out=merge_offsets[1:])
-    dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = _upload(
-        plan, [slots, items, q_perm, q_node, q_vis, merge_offsets, merge_rows]
+    merge_offsets = np.zeros(num_queries + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_query, minlength=num_queries), out=merge_offsets[1:])
+    return HostWork(slots, items, item_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes))
+
+
+def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """One host-to-device copy for all int32 metadata; returns views of it."""
+    sizes = [a.size for a in arrays]
+    flat = np.concatenate([a.astype(np.int64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+    if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
+        raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
+    dev = torch.from_numpy(flat.astype(np.int32)).to(device)
+    return list(torch.split(dev, sizes))
+
+
+def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int) -> WorkPlan:
+    """Device copy of ``host`` with its partial workspaces."""
+    dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = upload_int32(
+        [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows], device
     )
     classes = []
-    for c, (bm, bn, warps, stages) in enumerate(shapes):
-        idx = np.nonzero(item_class == c)[0]
+    for c, (bm, bn, warps, stages) in enumerate(host.shapes):
+        idx = np.nonzero(host.item_class == c)[0]
         if len(idx):
             classes.append(TileClass(bm, bn, warps, stages, int(idx[0]), len(idx)))
     return WorkPlan(
@@ -178,8 +203,8 @@ def _finish(
         q_vis=dev_vis,
         merge_offsets=dev_offsets,
         merge_rows=dev_rows,
-        partial_o=torch.empty(num_partials, num_q_heads, head_dim, dtype=torch.float32, device=plan.device),
-        partial_lse=torch.empty(num_partials, num_q_heads, dtype=torch.float32, device=plan.device),
+        partial_o=torch.empty(host.num_partials, num_q_heads, head_dim, dtype=torch.float32, device=device),
+        partial_lse=torch.empty(host.num_partials, num_q_heads, dtype=torch.float32, device=device),
         classes=tuple(classes),
         merge_block=merge_block,
     )
@@ -190,7 +215,7 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
     return 1.0 + block_m / 64.0
 
 
-def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
     group = num_q_heads // num_kv_heads
     shapes = _tile_shapes(group, head_dim, cfg.max_block_m, cfg.tiles)
@@ -264,16 +289,16 @@ def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
         ],
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
-    return _finish(
-        plan,
+    return layout(
+        plan.num_queries,
         np.concatenate([plan.slots, own_slots]),
         np.concatenate([items, own_items]),
         np.concatenate([c_cls[i_chunk], np.zeros(len(who), dtype=np.int64)]),
-        shapes, q_perm, qn[q_perm], qv[q_perm], num_q_heads, head_dim, cfg.merge_block,
+        shapes, q_perm, qn[q_perm], qv[q_perm],
     )
 
 
-def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """Per-sequence split-KV items: each query's whole path on its own, cut into equal splits."""
     group = num_q_heads // num_kv_heads
     bm, bn, warps, stages = _tile_shapes(group, head_dim, None, cfg.tiles)[0]
@@ -299,4 +324,14 @@ def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim:
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
     ident = np.arange(nq)
-    return _finish(plan, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible, num_q_heads, head_dim, cfg.merge_block)
+    return layout(nq, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible)
+
+
+def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+    """:func:`tree_host_work`, uploaded to the plan's device with its workspaces."""
+    return upload(tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block)
+
+
+def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+    """:func:`sequence_host_work`, uploaded to the plan's device with its workspaces."""
+    return upload(sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block)

@@ -1,9 +1,11 @@
 """One forward step over the KV tree, and batched decoding built from such steps.
 
-Each step gathers the segments on the paths of everything it touches, computes every token
-that has a slot but no KV yet (prefill rows, and the pending last token of finished
+A general step gathers the segments on the paths of everything it touches, computes every
+token that has a slot but no KV yet (prefill rows, and the pending last token of finished
 generations), adds rows that only recompute an already-written token whose logits are wanted,
-builds one tree-attention plan for all rows and runs the model once.
+builds one tree-attention plan for all rows and runs the model once. Decoding uses one such
+step for its first token; with the Triton kernels, the steps after it run on fixed buffers
+(:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on the GPU.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..config import Sampling
-from ..kernels import plan_tree_attention, store_kv, store_kv_reference, tree_attention
+from ..config import RuntimeConfig, Sampling
+from ..kernels import TreePlan, plan_tree_attention, tree_attention
+from .decode_run import DecodeRun
+from .graphs import Capacity, DecodeArena
 from .kv_tree import KVTree, Segment
 from .model import Transformer
-from .sampler import sample
+from .sampler import sample_packed, unpack
+from .stops import StopWindow
 
 
 @dataclass
@@ -30,6 +35,11 @@ class EngineStats:
     generated_tokens: int = 0
     attended_tokens: int = 0  # KV tokens read, summed over query rows (what per-sequence attention reads)
     unique_tokens: int = 0  # distinct KV tokens in each step's tree, summed over steps
+    fast_steps: int = 0  # decode steps run on fixed buffers (graph replays among them)
+    graph_replays: int = 0
+    graphs: int = 0  # CUDA graphs held now
+    graph_bytes: int = 0  # device memory held by them and their buffers
+    plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
 
     @property
     def reuse_factor(self) -> float:
@@ -52,6 +62,20 @@ class Decoded:
     finish_reason: str = ""
 
 
+class _EagerKV:
+    """:class:`model.StepKV` of a general step: a fresh plan, the pool's caches."""
+
+    def __init__(self, kv: KVTree, plan: TreePlan, write_slots: torch.Tensor, num_write: int, backend: str) -> None:
+        self.kv, self.plan, self.backend = kv, plan, backend
+        self.write_slots, self.num_write = write_slots, num_write
+
+    def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.kv.pool.k[layer], self.kv.pool.v[layer]
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return tree_attention(q, self.kv.pool.k[layer], self.kv.pool.v[layer], self.plan, backend=self.backend)
+
+
 class Engine:
     """Runs the model over the KV tree (one plan per step, reused by every layer)."""
 
@@ -62,18 +86,27 @@ class Engine:
         *,
         attention: str,
         detokenize: Callable[[list[int]], str],
+        batch_detokenize: Callable[[list[list[int]]], list[str]],
         eos_token_ids: Sequence[int],
         max_context: int,
+        runtime: RuntimeConfig | None = None,
     ) -> None:
         self.model = model
         self.kv = kv
         self.attention = attention
         self.detokenize = detokenize
+        self.stops = StopWindow(batch_detokenize, detokenize)
         self.eos = set(eos_token_ids)
         self.max_context = max_context
+        self.runtime = runtime or RuntimeConfig()
         self.stats = EngineStats()
-        # The Triton store only pays off on the GPU; on the CPU the indexed copy is the fast path.
-        self.store = store_kv if model.device.type == "cuda" else store_kv_reference
+        self.arena: DecodeArena | None = None
+        self._mempool = torch.cuda.graph_pool_handle() if model.device.type == "cuda" else None
+
+    @property
+    def fast_decode(self) -> bool:
+        """Decode steps on fixed buffers: the Triton kernels and the fused layer pieces."""
+        return self.attention in ("deft", "per_sequence") and self.model.fused
 
     def forward(self, targets: Sequence[tuple[Segment, int]], extra: Sequence[Segment] = ()) -> torch.Tensor:
         """Logits [len(targets), vocab] (float32) at (segment, offset) positions.
@@ -102,7 +135,7 @@ class Engine:
             if key not in row_of:  # already has KV: recompute the row for its logits only
                 row_of[key] = len(tokens)
                 tokens.append(s.tokens[j]), positions.append(s.start + j), nodes.append(index[s.id])
-                visible.append(j + 1)
+                visible.append(j + 1), slots.append(-1)
             target_rows.append(row_of[key])
         if not tokens:
             return torch.empty(0, self.model.cfg.vocab_size)
@@ -115,17 +148,9 @@ class Engine:
             device=self.model.device,
         )
         dev = self.model.device
-        ids = torch.tensor(tokens, device=dev)
-        pos = torch.tensor(positions, device=dev)
-        write_slots = torch.tensor(slots, device=dev, dtype=torch.int64)
-        pool = self.kv.pool
-
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            if num_write:
-                self.store(pool.k[layer], pool.v[layer], k[:num_write], v[:num_write], write_slots)
-            return tree_attention(q, pool.k[layer], pool.v[layer], plan, backend=self.attention)
-
-        hidden = self.model.forward(ids, pos, attend)
+        rows = torch.tensor([tokens, positions, slots], device=dev)
+        step = _EagerKV(self.kv, plan, rows[2], num_write, self.attention)
+        hidden = self.model.forward(rows[0], rows[1], step)
         for s in order:
             s.written = len(s.tokens)
         starts = np.array([s.start for s in order])
@@ -134,6 +159,20 @@ class Engine:
         self.stats.unique_tokens += sum(len(s.tokens) for s in order)
         self.stats.prefill_tokens += prefill
         return self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
+
+    def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
+        """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
+        old = self.arena
+        if old is not None and old.shapes == shapes and old.attention == self.attention and old.cap.holds(need):
+            return old
+        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)
+        self.arena = None  # drop the old graphs before capturing new ones
+        self.arena = DecodeArena(
+            self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=1,
+            graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
+            max_graph_rows=self.runtime.graph_max_rows, mempool=self._mempool,
+        )
+        return self.arena
 
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.
@@ -146,32 +185,35 @@ class Engine:
             if r.parent.end >= self.max_context:
                 raise ValueError(f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}")
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
+        fused = self.model.device.type == "cuda"
         try:
             logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
+            packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
             active = list(range(len(requests)))
+            run: DecodeRun | None = None
             while active:
-                draw = sample(
-                    logits,
-                    [requests[i].sampling for i in active],
-                    [requests[i].seed for i in active],
-                    [len(outs[i].tokens) for i in active],
-                )
+                draw = unpack(packed)
                 need = self.kv.pages_needed_to_append([outs[i].segment for i in active])
                 if need > self.kv.pool.num_free:
                     self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
-                still = []
                 for i, token, lp in zip(active, draw.tokens, draw.logprobs):
-                    out, sp = outs[i], requests[i].sampling
+                    out = outs[i]
                     self.kv.append(out.segment, token)
                     out.tokens.append(token)
                     out.logprobs.append(lp)
-                    out.finish_reason = self._finished(out, sp)
-                    if not out.finish_reason:
-                        still.append(i)
                 self.stats.generated_tokens += len(active)
+                still = self._still_active(active, outs, requests)
+                if not still:
+                    break
+                if self.fast_decode:
+                    if run is None or still != active:
+                        run = DecodeRun(self, [requests[i] for i in still], [outs[i].segment for i in still])
+                    packed = run.step()
+                else:
+                    logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
+                    steps = [len(outs[i].tokens) for i in still]
+                    packed = sample_packed(logits, [requests[i].sampling for i in still], [requests[i].seed for i in still], steps, fused=fused)
                 active = still
-                if active:
-                    logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in active])
         except BaseException:
             for out in outs:
                 self.kv.release(out.segment)
@@ -181,16 +223,26 @@ class Engine:
             out.text = self.detokenize(out.tokens)
         return outs
 
-    def _finished(self, out: Decoded, sp: Sampling) -> str:
-        token = out.tokens[-1]
-        if token in self.eos and not sp.ignore_eos:
-            return "eos"
-        if token in sp.stop_token_ids:
-            return "stop"
-        if sp.stop:
-            text = self.detokenize(out.tokens)
-            if any(s in text for s in sp.stop):
-                return "stop"
-        if len(out.tokens) >= sp.max_tokens or out.segment.end >= self.max_context:
-            return "length"
-        return ""
+    def _still_active(self, active: list[int], outs: list[Decoded], requests: Sequence[DecodeRequest]) -> list[int]:
+        """Set each finished request's finish reason; returns the requests that go on."""
+        reasons = {}
+        for i in active:
+            out, sp = outs[i], requests[i].sampling
+            token = out.tokens[-1]
+            if token in self.eos and not sp.ignore_eos:
+                reasons[i] = "eos"
+            elif token in sp.stop_token_ids:
+                reasons[i] = "stop"
+        check = [i for i in active if i not in reasons and requests[i].sampling.stop]
+        for i, hit in zip(check, self.stops.hits([(outs[i].tokens, requests[i].sampling.stop) for i in check])):
+            if hit:
+                reasons[i] = "stop"
+        still = []
+        for i in active:
+            out = outs[i]
+            if i not in reasons and (len(out.tokens) >= requests[i].sampling.max_tokens or out.segment.end >= self.max_context):
+                reasons[i] = "length"
+            out.finish_reason = reasons.get(i, "")
+            if not out.finish_reason:
+                still.append(i)
+        return still

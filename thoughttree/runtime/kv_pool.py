@@ -16,7 +16,8 @@ class KVPool:
     """K and V of shape [num_layers, num_pages, page_size, H_kv, D]; a slot is page * page_size + offset.
 
     Pages are handed out from a free list and reference-counted: each KV segment whose slots
-    touch a page holds one reference to it.
+    touch a page holds one reference to it. One extra page past ``num_pages`` is never handed
+    out: padding rows of fixed-size decode steps write their keys and values there.
     """
 
     def __init__(
@@ -32,7 +33,7 @@ class KVPool:
     ) -> None:
         if num_pages < 1 or page_size < 1:
             raise ValueError(f"need num_pages >= 1 and page_size >= 1, got {num_pages} and {page_size}")
-        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        shape = (num_layers, num_pages + 1, page_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.page_size = page_size
@@ -43,6 +44,11 @@ class KVPool:
     @staticmethod
     def bytes_per_page(num_layers: int, page_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         return 2 * num_layers * page_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    @property
+    def scratch_slot(self) -> int:
+        """A slot of the page no segment owns, for rows whose keys and values are thrown away."""
+        return self.num_pages * self.page_size
 
     @property
     def num_free(self) -> int:

@@ -71,8 +71,8 @@ class LM:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = tuple(sorted(eos))
         self.engine = Engine(
-            model, self.kv, attention=attention, detokenize=self.decode, eos_token_ids=self.eos_token_ids,
-            max_context=cfg.max_context,
+            model, self.kv, attention=attention, detokenize=self.decode, batch_detokenize=self.decode_batch,
+            eos_token_ids=self.eos_token_ids, max_context=cfg.max_context, runtime=runtime,
         )
 
     @classmethod
@@ -122,6 +122,9 @@ class LM:
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def decode_batch(self, token_lists: Sequence[Sequence[int]]) -> list[str]:
+        return self.tokenizer.batch_decode([list(t) for t in token_lists], skip_special_tokens=True)
 
     def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
         tokens = [int(t) for t in tokens]

@@ -9,16 +9,40 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
+from ..kernels.fused import add_rms_norm, rope_store, silu_mul
+from ..kernels.reference import (
+    add_rms_norm_reference,
+    rms_norm_reference,
+    rope_cos_sin,
+    rotate_reference,
+    silu_mul_reference,
+    store_kv_reference,
+)
 from .model_config import ModelConfig, ModelLoadError
 
-# attend(layer, q [T, H_q, D], k [T, H_kv, D], v [T, H_kv, D]) -> [T, H_q, D]
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+class StepKV(Protocol):
+    """What one forward step needs from the KV cache.
+
+    ``write_slots`` [T] int64 is the cache slot each row's key and value go to (-1: the row only
+    recomputes its output and writes nothing); rows that write come first, ``num_write`` of them.
+    """
+
+    write_slots: torch.Tensor
+    num_write: int
+
+    def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k_cache, v_cache), each [num_pages, page_size, H_kv, D], of ``layer``."""
+        ...
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q [T, H_q, D] (rotated) -> [T, H_q, D] over each row's tree path, after this layer's writes."""
+        ...
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -41,18 +65,6 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 class Transformer:
     """Weights and forward of one Llama-family decoder (inference only)."""
 
@@ -61,36 +73,47 @@ class Transformer:
         self.device = device
         self.w = weights
         self.inv_freq = rope_inv_freq(cfg).to(device)
+        # Fused Triton kernels for norms, rotary + KV store and the gated MLP product: the GPU
+        # path. The CPU path runs the PyTorch references (tests switch this on under the
+        # Triton interpreter).
+        self.fused = device.type == "cuda"
 
     @property
     def dtype(self) -> torch.dtype:
         return self.w["embed"].dtype
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StepKV) -> torch.Tensor:
         """ids, positions: [T] on device. Returns the final-normed hidden states [T, hidden]."""
         cfg, w = self.cfg, self.w
-        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos().to(self.dtype)[:, None, :], emb.sin().to(self.dtype)[:, None, :]
-        x = F.embedding(ids, w["embed"])
+        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        add_norm = add_rms_norm if self.fused else add_rms_norm_reference
+        if not self.fused:
+            cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
+            write = kv.write_slots[: kv.num_write]
+        x, residual = F.embedding(ids, w["embed"]), None
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
-            h = _rms_norm(x, w[p + "ln1"], cfg.rms_norm_eps)
+            h, residual = add_norm(x, residual, w[p + "ln1"], eps)
             qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
             if cfg.qk_norm:
-                q = _rms_norm(q, w[p + "q_norm"], cfg.rms_norm_eps)
-                k = _rms_norm(k, w[p + "k_norm"], cfg.rms_norm_eps)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            o = attend(i, q, k, v).reshape(-1, hq * d)
-            x = x + F.linear(o, w[p + "o"], w.get(p + "o_bias"))
-            h = _rms_norm(x, w[p + "ln2"], cfg.rms_norm_eps)
-            gate, up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias")).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w[p + "down"], w.get(p + "down_bias"))
-        return _rms_norm(x, w["norm"], cfg.rms_norm_eps)
+                q = rms_norm_reference(q, w[p + "q_norm"], eps)
+                k = rms_norm_reference(k, w[p + "k_norm"], eps)
+            k_cache, v_cache = kv.caches(i)
+            if self.fused:
+                q = rope_store(q, k, v, positions, self.inv_freq, k_cache, v_cache, kv.write_slots)
+            else:
+                q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
+                store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
+            o = kv.attend(i, q).reshape(-1, hq * d)
+            x = F.linear(o, w[p + "o"], w.get(p + "o_bias"))
+            h, residual = add_norm(x, residual, w[p + "ln2"], eps)
+            gate_up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
+            act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
+            x = F.linear(act, w[p + "down"], w.get(p + "down_bias"))
+        return add_norm(x, residual, w["norm"], eps)[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -12,32 +12,8 @@ from typing import Sequence
 import torch
 
 from ..config import Sampling
-
-_M32 = 0xFFFFFFFF
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2**32 for x < 2**32 without overflowing int64."""
-    lo, hi = x & 0xFFFF, x >> 16
-    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
-
-
-def _hash32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer finaliser (xorshift-multiply) applied elementwise to int64 in [0, 2**32)."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[R, vocab] float32 in (0, 1), a pure function of (seed, step, token id) per row."""
-    lo, hi = seeds & _M32, (seeds >> 32) & _M32
-    key = _hash32(_hash32(lo ^ _hash32(hi + 0x9E3779B9)) ^ (steps & _M32))  # [R]
-    ids = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
-    bits = _hash32((key[:, None] + _hash32(ids)[None, :] * 2654435761) & _M32)
-    return ((bits >> 8).float() + 0.5) / float(1 << 24)
+from ..kernels.reference import gumbel_sample_reference
+from ..kernels.sample import gumbel_sample
 
 
 @dataclass(frozen=True)
@@ -46,23 +22,37 @@ class Draw:
     logprobs: list[float]  # log-probability of each chosen token under the model (temperature 1, unfiltered)
 
 
-def sample(logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]) -> Draw:
-    """Choose one token per row of ``logits`` [R, vocab] (float32) under each row's own Sampling."""
-    vocab, dev = logits.shape[1], logits.device
-    logprobs = torch.log_softmax(logits, dim=-1)
+def sample_packed(
+    logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int], *, fused: bool
+) -> torch.Tensor:
+    """[R, 2] float64 (token, log-probability) per row of ``logits`` [R, vocab] (float32), on its device.
+
+    ``fused`` draws with the one-pass Triton kernel (the GPU path); otherwise with the PyTorch
+    reference. Both compute the same hash noise, so a row's draw depends only on its own seed
+    and step.
+    """
+    dev = logits.device
     temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
-    greedy = temp == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
-    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        filtered = _filter(scaled, params)
-    else:
-        filtered = scaled
     seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
     step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
-    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, vocab)))
-    chosen = torch.where(greedy, logits.argmax(dim=-1), (filtered + gumbel).argmax(dim=-1))
-    picked = logprobs.gather(1, chosen[:, None])[:, 0]
-    return Draw(chosen.tolist(), picked.tolist())
+    scores = None
+    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        greedy = temp == 0
+        scores = _filter(logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None], params)
+    if fused:
+        return gumbel_sample(logits.contiguous(), temp, seed_t, step_t, scores)
+    return gumbel_sample_reference(logits, temp, seed_t, step_t, scores)
+
+
+def unpack(packed: torch.Tensor) -> Draw:
+    """The host copy of :func:`sample_packed`'s result (one device-to-host transfer)."""
+    host = packed.cpu().numpy()
+    return Draw(host[:, 0].astype(int).tolist(), host[:, 1].tolist())
+
+
+def sample(logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]) -> Draw:
+    """Choose one token per row of ``logits`` [R, vocab] (float32) under each row's own Sampling."""
+    return unpack(sample_packed(logits, params, seeds, steps, fused=logits.device.type == "cuda"))
 
 
 def _filter(scaled: torch.Tensor, params: Sequence[Sampling]) -> torch.Tensor:

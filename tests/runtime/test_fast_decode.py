@@ -1,0 +1,121 @@
+"""Decode steps on fixed buffers (and CUDA graphs on the GPU) against the general step.
+
+On CPU the fast path runs its Triton kernels in the interpreter in float16 (small, slow); on
+CUDA the same checks run in bfloat16 with graphs on and off, plus transformers on each path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_models import make_model
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.runtime.kv_pool import KVPoolExhausted
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+DTYPE = "bfloat16" if CUDA else "float16"
+
+
+def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512) -> LM:
+    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft", cuda_graphs=graphs, graph_max_rows=max_rows)
+    lm = LM.from_pretrained(path, device=DEV, dtype=DTYPE, runtime=rc)
+    lm.model.fused = fast  # the Triton layer pieces; the fast decode path needs them
+    assert lm.engine.fast_decode == fast
+    return lm
+
+
+def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
+    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    kids = tree.expand([tree.root], n=3, sampling=sampling_a)[0]
+    more = tree.expand(kids[:2], n=2, sampling=sampling_b)
+    nodes = kids + [k for ks in more for k in ks]
+    lm.check_integrity(tree)
+    return tree, [n.tokens for n in nodes], [n.metadata["token_logprobs"] for n in nodes]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    # One layer on CPU: the interpreter runs every kernel program in Python.
+    return make_model(tmp_path_factory.mktemp("fast"), "qwen3" if CUDA else "llama", num_hidden_layers=2 if CUDA else 1)
+
+
+def test_fast_steps_equal_general_steps(model_dir) -> None:
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
+    fast = _lm(model_dir, fast=True)
+    _, tokens, logprobs = _grow(fast, greedy, sampled)
+    assert fast.stats.fast_steps > 0
+    slow = _lm(model_dir, fast=False)
+    _, want_tokens, want_logprobs = _grow(slow, greedy, sampled)
+    assert slow.stats.fast_steps == 0
+    assert tokens == want_tokens
+    for a, b in zip(logprobs, want_logprobs):
+        assert a == pytest.approx(b, abs=2e-2)
+
+
+def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> None:
+    fast = _lm(model_dir, fast=True)
+    probe = ThoughtTree(fast, prompt=list(range(3, 30)), seed=0)
+    kids = probe.expand([probe.root], n=4, sampling=Sampling(max_tokens=5, temperature=1.0, ignore_eos=True))[0]
+    # A stop string made of the text of two generated tokens ends branches at different steps.
+    stop = fast.decode(kids[0].tokens[1:3])
+    probe.prune(probe.root)
+    sampling = Sampling(max_tokens=5, temperature=1.0, ignore_eos=True, stop=stop)
+    results = []
+    for lm in (fast, _lm(model_dir, fast=False)):
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        got = tree.expand([tree.root], n=4, sampling=sampling)[0]
+        lm.check_integrity(tree)
+        results.append([(k.tokens, k.metadata["finish_reason"]) for k in got])
+    assert results[0] == results[1]
+    assert results[0][0][1] == "stop" and len(results[0][0][0]) == 3
+    assert len({len(t) for t, _ in results[0]}) > 1
+
+
+def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
+    lm = _lm(model_dir, fast=True, num_pages=16)
+    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)  # 7 pages of 4
+    with pytest.raises(KVPoolExhausted):
+        tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=8, ignore_eos=True))
+    lm.check_integrity(tree)
+    tree.prune(tree.root)
+    assert lm.kv.pool.num_used == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
+    greedy = Sampling(max_tokens=24, temperature=0, ignore_eos=True)
+    sampled = Sampling(max_tokens=16, temperature=0.8, ignore_eos=True)
+    runs = []
+    for graphs, max_rows in ((True, 512), (False, 512), (True, 2)):  # max_rows 2: larger batches run eagerly
+        lm = _lm(model_dir, fast=True, graphs=graphs, max_rows=max_rows)
+        _, tokens, logprobs = _grow(lm, greedy, sampled)
+        runs.append((tokens, logprobs))
+        if graphs and max_rows == 512:
+            assert lm.stats.graph_replays > 0 and lm.stats.graphs > 0 and lm.stats.graph_bytes > 0
+        if max_rows == 2:
+            assert lm.stats.graph_replays == 0
+    assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_graphed_greedy_decoding_matches_transformers(model_dir) -> None:
+    import transformers
+
+    ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
+    lm = _lm(model_dir, fast=True)
+    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    kids = tree.expand([tree.root], n=3, sampling=Sampling(max_tokens=12, temperature=1.0, ignore_eos=True))[0]
+    leaves = tree.expand(kids, n=1, sampling=Sampling(max_tokens=16, temperature=0, ignore_eos=True))
+    assert lm.stats.graph_replays > 0
+    for kid, (leaf,) in zip(kids, leaves):
+        ids = torch.tensor([kid.path_tokens() + leaf.tokens[:-1]], device="cuda")
+        with torch.no_grad():
+            logits = ref(ids).logits[0, -len(leaf.tokens):]
+        chosen = logits.gather(1, torch.tensor(leaf.tokens, device="cuda")[:, None])[:, 0]
+        # Each greedy bf16 choice is transformers' fp32 top token or within bf16 noise of it.
+        assert (logits.max(-1).values - chosen).max().item() < 0.25

@@ -1,0 +1,90 @@
+"""The decode steps of one batch of branches, from its second token until its rows change.
+
+Built once when a batch starts decoding on fixed buffers, and again only when some of its
+branches finish: it plans the shared part of the tree (each branch's parent path), loads it with
+the tails into the engine's :class:`graphs.DecodeArena`, and puts the rows' sampling parameters
+on the device. Each step then costs a copy of four numbers per row, the forward (a graph replay
+on the GPU), the sampling kernel and one copy of the chosen tokens back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from ..kernels import WorkConfig, plan_tree_attention
+from ..kernels.decode_work import decode_work
+from ..kernels.sample import gumbel_sample
+from .graphs import Capacity
+from .kv_tree import Segment
+from .sampler import sample_packed
+
+if TYPE_CHECKING:
+    from .engine import DecodeRequest, Engine
+
+
+class DecodeRun:
+    """Fixed-buffer decode steps for ``requests``, whose generated segments are ``tails``."""
+
+    def __init__(self, engine: Engine, requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
+        self.engine, self.requests, self.tails = engine, list(requests), list(tails)
+        cfg, dev = engine.model.cfg, engine.model.device
+        order: list[Segment] = []
+        index: dict[int, int] = {}
+        for r in self.requests:
+            for s in r.parent.path():
+                if s.id not in index:
+                    index[s.id] = len(order)
+                    order.append(s)
+        plan = plan_tree_attention(
+            [index[s.parent.id] if s.parent is not None else -1 for s in order],
+            [s.slot_array for s in order],
+            [index[r.parent.id] for r in self.requests],
+            page_size=engine.kv.pool.page_size,
+            device=dev,
+        )
+        tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
+        work = decode_work(
+            plan, [t.slot_array for t in self.tails], tail_cap, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+            WorkConfig(), share=engine.attention == "deft",
+        )
+        self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)
+        self.arena.load(work, len(self.requests))
+        params = [r.sampling for r in self.requests]
+        self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
+        self.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
+        self.seeds = torch.tensor([r.seed & ((1 << 63) - 1) for r in self.requests], dtype=torch.int64, device=dev)
+        self.shared_tokens = sum(len(s.tokens) for s in order)
+        self.parent_tokens = sum(r.parent.end for r in self.requests)
+        stats = engine.stats
+        stats.plan_builds += 1
+        stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
+
+    def step(self) -> torch.Tensor:
+        """Forward every row's newest token and sample the next; [R, 2] float64 (token, log-prob)."""
+        tails = self.tails
+        r = len(tails)
+        inputs = np.empty((4, r), dtype=np.int64)
+        inputs[0] = [t.tokens[-1] for t in tails]
+        inputs[2] = [t.slots[-1] for t in tails]
+        inputs[3] = [len(t.tokens) for t in tails]
+        inputs[1] = np.fromiter((t.start for t in tails), dtype=np.int64, count=r) + inputs[3] - 1
+        replays = len(self.arena.graphs)
+        logits = self.arena.step(inputs)[:r]
+        for t in tails:
+            t.written = len(t.tokens)
+        stats = self.engine.stats
+        grown = int(inputs[3].sum())
+        stats.forward_steps += 1
+        stats.fast_steps += 1
+        stats.graph_replays += int(self.arena.replayed)
+        stats.attended_tokens += self.parent_tokens + grown
+        stats.unique_tokens += self.shared_tokens + grown
+        if len(self.arena.graphs) != replays:
+            stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
+        if self.filtered:
+            params = [q.sampling for q in self.requests]
+            return sample_packed(logits, params, [q.seed for q in self.requests], inputs[3].tolist(), fused=True)
+        return gumbel_sample(logits, self.temperature, self.seeds, self.arena.step_in[3, :r])

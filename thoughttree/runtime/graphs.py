@@ -1,0 +1,204 @@
+"""Fixed device buffers for decode steps, and the CUDA graphs replayed over them.
+
+A :class:`DecodeArena` holds every tensor a decode step reads: the step's inputs (token,
+position, KV slot and tail length per row) and the attention work of :mod:`kernels.decode_work`,
+padded to capacities. Loading a new run's work is one host-to-device copy; a step is one small
+copy of its inputs and then either the eager forward or the replay of a graph captured for the
+step's row bucket. Tail lengths and newest slots are written into the work on the device, inside
+the step, so the graph sees the tree grow without being captured again. Padding rows write
+their keys and values to the pool's scratch slot and are never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..kernels.decode_work import TAIL_PIECE, DecodeWork
+from ..kernels.deft import run_work
+from ..kernels.workplan import ITEM_FIELDS, TileClass, WorkPlan
+from .kv_pool import KVPool
+from .model import Transformer
+
+ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def _grow(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(0, n - 1).bit_length())
+
+
+def row_bucket(rows: int) -> int:
+    """The smallest bucket holding ``rows`` rows (beyond the table: the next multiple of 256)."""
+    for b in ROW_BUCKETS:
+        if rows <= b:
+            return b
+    return -(-rows // 256) * 256
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Sizes of an arena's buffers: rows, slots, items per tile class, partial rows, tail pieces."""
+
+    rows: int
+    slots: int
+    items: tuple[int, ...]
+    partials: int
+    tail_pieces: int
+
+    @staticmethod
+    def needed(work: DecodeWork, rows: int, num_classes: int) -> Capacity:
+        counts = np.bincount(work.host.item_class, minlength=num_classes)
+        return Capacity(
+            row_bucket(rows), len(work.host.slots), tuple(int(c) for c in counts), work.host.num_partials,
+            len(work.tail_items),
+        )
+
+    def holds(self, other: Capacity) -> bool:
+        return (
+            self.rows >= other.rows and self.slots >= other.slots and self.partials >= other.partials
+            and self.tail_pieces >= other.tail_pieces and all(a >= b for a, b in zip(self.items, other.items))
+        )
+
+    def grown(self, other: Capacity | None) -> Capacity:
+        """Power-of-two capacities at least as large as ``self`` and ``other``."""
+        o = other or self
+        return Capacity(
+            max(self.rows, o.rows), _grow(max(self.slots, o.slots)),
+            tuple(_grow(max(a, b), 0) if max(a, b) else 0 for a, b in zip(self.items, o.items)),
+            _grow(max(self.partials, o.partials)), _grow(max(self.tail_pieces, o.tail_pieces)),
+        )
+
+
+class DecodeArena:
+    """Decode-step buffers of one capacity over one model and KV pool, with their graphs."""
+
+    def __init__(
+        self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
+        *, attention: str, merge_block: int, graphs: bool, max_graph_rows: int, mempool: object | None,
+    ) -> None:
+        cfg, dev = model.cfg, model.device
+        self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
+        self.use_graphs, self.max_graph_rows, self.mempool = graphs, max_graph_rows, mempool
+        self.replayed = False  # whether the last step replayed a graph
+        # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
+        # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts.
+        r = cap.rows
+        n_items = sum(cap.items) + 1
+        self._sizes = [cap.slots + 1, n_items * ITEM_FIELDS, r, r, r, r + 1, cap.partials, r,
+                       cap.tail_pieces, cap.tail_pieces, cap.tail_pieces]
+        self.meta = torch.zeros(sum(self._sizes), dtype=torch.int32, device=dev)
+        self._host_meta = torch.zeros(sum(self._sizes), dtype=torch.int32, pin_memory=dev.type == "cuda")
+        (slots, items, q_perm, q_node, q_vis, offsets, rows_, tail_base, tail_items, tail_rows, tail_starts) = torch.split(
+            self.meta, self._sizes
+        )
+        self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
+        self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
+        classes, first = [], 0
+        for (bm, bn, warps, stages), n in zip(shapes, cap.items):
+            if n:
+                classes.append(TileClass(bm, bn, warps, stages, first, n))
+            first += n
+        self._class_offsets = np.cumsum([0, *cap.items])
+        self.work = WorkPlan(
+            slots=slots, items=self.items, q_perm=q_perm, q_node=q_node, q_vis=q_vis,
+            merge_offsets=offsets, merge_rows=rows_,
+            partial_o=torch.empty(cap.partials, cfg.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
+            partial_lse=torch.empty(cap.partials, cfg.num_heads, dtype=torch.float32, device=dev),
+            classes=tuple(classes), merge_block=merge_block,
+        )
+        # Per-step inputs, one row each: token, position, KV slot, tail length (= tokens sampled).
+        self.step_in = torch.zeros(4, r, dtype=torch.int64, device=dev)
+        self._host_step = torch.zeros(4, r, dtype=torch.int64, pin_memory=dev.type == "cuda")
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.graph_bytes = 0
+        self.rows = 0  # rows of the loaded work
+        self.write_slots = self.step_in[2]
+        self.num_write = 0
+
+    @property
+    def buffer_bytes(self) -> int:
+        w = self.work
+        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, w.partial_o, w.partial_lse))
+
+    def load(self, work: DecodeWork, rows: int) -> None:
+        """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""
+        cap, host = self.cap, work.host
+        counts = np.bincount(host.item_class, minlength=len(cap.items))
+        first = np.cumsum([0, *counts[:-1]])
+        # Item i of class c moves from first[c] + j to the class's region offset + j.
+        dest = self._class_offsets[host.item_class] + np.arange(len(host.items)) - first[host.item_class]
+        items = np.zeros((sum(cap.items) + 1, ITEM_FIELDS), dtype=np.int64)
+        items[dest] = host.items
+        dummy_slot, dummy_item = cap.slots, sum(cap.items)
+        slots = np.zeros(cap.slots + 1, dtype=np.int64)
+        slots[: len(host.slots)] = host.slots
+        r = cap.rows
+        offsets = np.full(r + 1, host.merge_offsets[-1], dtype=np.int64)
+        offsets[: rows + 1] = host.merge_offsets
+
+        def pad(a: np.ndarray, n: int, fill: int = 0) -> np.ndarray:
+            out = np.full(n, fill, dtype=np.int64)
+            out[: len(a)] = a
+            return out
+
+        parts = [
+            slots, items.reshape(-1), pad(host.q_perm, r), pad(host.q_node, r), pad(host.q_vis, r), offsets,
+            pad(host.merge_rows, cap.partials), pad(work.tail_base, r, dummy_slot),
+            pad(dest[work.tail_items], cap.tail_pieces, dummy_item), pad(work.tail_rows, cap.tail_pieces),
+            pad(work.tail_starts, cap.tail_pieces),
+        ]
+        flat = np.concatenate(parts)
+        if flat.max(initial=0) >= 2**31:
+            raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
+        self._host_meta.numpy()[:] = flat
+        self.meta.copy_(self._host_meta, non_blocking=True)
+        self.rows = rows
+
+    def step(self, inputs: np.ndarray) -> torch.Tensor:
+        """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths); logits [R_b, V]."""
+        r = inputs.shape[1]
+        b = row_bucket(r)
+        host = self._host_step.numpy()
+        host[:, :r] = inputs
+        host[:, r:b] = np.array([[0], [0], [self.pool.scratch_slot], [1]])
+        self.step_in[:, :b].copy_(self._host_step[:, :b], non_blocking=True)
+        self.replayed = self.use_graphs and b <= self.max_graph_rows
+        if not self.replayed:
+            return self._forward(b)
+        if b not in self.graphs:
+            self._capture(b)
+        graph, logits = self.graphs[b]
+        graph.replay()
+        return logits
+
+    def _capture(self, b: int) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._forward(b)  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
+        torch.cuda.current_stream().wait_stream(stream)
+        before = torch.cuda.memory_reserved()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.mempool):
+            logits = self._forward(b)
+        self.graph_bytes += torch.cuda.memory_reserved() - before
+        self.graphs[b] = (graph, logits)
+
+    def _forward(self, b: int) -> torch.Tensor:
+        ids, pos, slots, tail_len = self.step_in[:, :b].unbind(0)
+        # The newest token of each row extends its tail window and its tail pieces.
+        self.slots[self.tail_base[:b].long() + tail_len - 1] = slots.int()
+        piece_len = tail_len[self.tail_rows.long()] - self.tail_starts
+        self.items[self.tail_items.long(), 1] = piece_len.clamp(0, TAIL_PIECE).int()
+        self.write_slots, self.num_write = slots, b
+        hidden = self.model.forward(ids, pos, self)
+        return self.model.logits(hidden)
+
+    # -- StepKV ----------------------------------------------------------------------------------
+    def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pool.k[layer], self.pool.v[layer]
+
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return run_work(q, self.pool.k[layer], self.pool.v[layer], self.work)
