@@ -78,7 +78,7 @@ def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
     lm = _lm(model_dir, fast=True, num_pages=16)
     tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)  # 7 pages of 4
     with pytest.raises(KVPoolExhausted):
-        tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=8, ignore_eos=True))
+        tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=16, ignore_eos=True))
     lm.check_integrity(tree)
     tree.prune(tree.root)
     assert lm.kv.pool.num_used == 0

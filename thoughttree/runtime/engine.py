@@ -101,7 +101,6 @@ class Engine:
         self.runtime = runtime or RuntimeConfig()
         self.stats = EngineStats()
         self.arena: DecodeArena | None = None
-        self._mempool = torch.cuda.graph_pool_handle() if model.device.type == "cuda" else None
 
     @property
     def fast_decode(self) -> bool:
@@ -170,7 +169,7 @@ class Engine:
         self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=1,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
-            max_graph_rows=self.runtime.graph_max_rows, mempool=self._mempool,
+            max_graph_rows=self.runtime.graph_max_rows,
         )
         return self.arena
 

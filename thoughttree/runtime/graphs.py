@@ -76,11 +76,13 @@ class DecodeArena:
 
     def __init__(
         self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
-        *, attention: str, merge_block: int, graphs: bool, max_graph_rows: int, mempool: object | None,
+        *, attention: str, merge_block: int, graphs: bool, max_graph_rows: int,
     ) -> None:
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
-        self.use_graphs, self.max_graph_rows, self.mempool = graphs, max_graph_rows, mempool
+        self.use_graphs, self.max_graph_rows = graphs, max_graph_rows
+        # The arena's graphs share one memory pool, which lives as long as they do.
+        self.mempool = torch.cuda.graph_pool_handle() if graphs else None
         self.replayed = False  # whether the last step replayed a graph
         # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
         # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts.
@@ -179,6 +181,7 @@ class DecodeArena:
         with torch.cuda.stream(stream):
             self._forward(b)  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
         torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
         before = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.mempool):

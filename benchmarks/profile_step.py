@@ -1,0 +1,103 @@
+"""Where one decode step's GPU time goes: kernels of a graphed step grouped by name.
+
+Builds a random bf16 model of a chosen shape directly on the GPU (no checkpoint on disk), decodes
+``branches`` children of one prompt, then profiles ten replays of the last step's CUDA graph and
+prints each kernel group's time per step next to the step's floor.
+
+    python benchmarks/profile_step.py --shape llama3-8b --prompt 2048 --branches 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+import torch
+import transformers
+from rich.console import Console
+from rich.table import Table
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.runtime.model import Transformer
+from thoughttree.runtime.model_config import ModelConfig
+
+from tree_decode import SHAPES, copy_bandwidth
+
+
+def random_lm(shape: dict[str, int]) -> LM:
+    d = shape["hidden"] // shape["heads"]
+    cfg = ModelConfig.from_dict(dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"], num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"], head_dim=d, max_position_embeddings=32768, rope_theta=500000.0,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    ))
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*size: int) -> torch.Tensor:
+        return (torch.randn(*size, generator=g, device="cuda") * 0.02).to(torch.bfloat16)
+
+    h, i, kv = shape["hidden"], shape["intermediate"], shape["kv_heads"] * d
+    w = {"embed": rand(shape["vocab"], h), "lm_head": rand(shape["vocab"], h), "norm": torch.ones(h, dtype=torch.bfloat16, device="cuda")}
+    for layer in range(shape["layers"]):
+        p = f"layers.{layer}."
+        w[p + "ln1"] = torch.ones(h, dtype=torch.bfloat16, device="cuda")
+        w[p + "ln2"] = torch.ones(h, dtype=torch.bfloat16, device="cuda")
+        w[p + "qkv"], w[p + "o"] = rand(h + 2 * kv, h), rand(h, h)
+        w[p + "gate_up"], w[p + "down"] = rand(2 * i, h), rand(h, i)
+    vocab = {f"t{k}": k for k in range(256)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2")
+    return LM(Transformer(cfg, w, torch.device("cuda")), tokenizer, RuntimeConfig(kv_memory_bytes=24 << 30))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    p.add_argument("--prompt", type=int, default=2048)
+    p.add_argument("--branches", type=int, default=8)
+    p.add_argument("--attention", default="deft")
+    args = p.parse_args()
+    console = Console(width=160)
+    console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
+    shape = SHAPES[args.shape]
+    lm = random_lm(shape)
+    lm.engine.attention = args.attention
+    tree = ThoughtTree(lm, prompt=[1] + [(17 * i + 5) % shape["vocab"] for i in range(args.prompt - 1)], seed=0)
+    for _ in range(2):
+        tree.expand([tree.root], n=args.branches, sampling=Sampling(max_tokens=16, ignore_eos=True))
+    arena = lm.engine.arena
+    graph = arena.graphs[max(arena.graphs)][0]
+    steps = 10
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            graph.replay()
+        torch.cuda.synchronize()
+    groups: dict[str, tuple[float, int]] = {}
+    for e in prof.key_averages():
+        t = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        if t <= 0:
+            continue
+        name = e.key[:70]
+        total, count = groups.get(name, (0.0, 0))
+        groups[name] = (total + t, count + e.count)
+    total = sum(t for t, _ in groups.values()) / steps
+    d = shape["hidden"] // shape["heads"]
+    weights = sum(t.numel() * t.element_size() for k, t in lm.model.w.items() if k != "embed")
+    kv = (args.prompt + args.branches * 17) * 2 * shape["layers"] * shape["kv_heads"] * d * 2
+    floor = (weights + kv) / copy_bandwidth() * 1e6
+    table = Table(title=f"{args.shape}, prompt {args.prompt} x {args.branches} branches, {args.attention}: "
+                  f"GPU {total:.0f} µs per step, floor {floor:.0f} µs", title_justify="left")
+    for col in ("kernel", "µs per step", "launches per step", "share"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for name, (t, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:25]:
+        table.add_row(name, f"{t / steps:.0f}", f"{n / steps:.0f}", f"{t / steps / total:.1%}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
