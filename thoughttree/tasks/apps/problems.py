@@ -4,9 +4,9 @@ Rows carry ``problem_id``, ``question``, ``solutions``, ``input_output``, ``diff
 and ``starter_code``; ``solutions`` and ``input_output`` may be JSON strings (as in the rows
 people download) or already decoded. The folder layout is APPS's own: ``<split>/<id>/question.txt``,
 ``input_output.json``, ``metadata.json`` (difficulty, url), ``starter_code.py`` and
-``solutions.json`` (the last two optional). Call-based outputs are stored wrapped in a
-one-element list, as in APPS; they are unwrapped here so a test's expected value is the
-function's return value.
+``solutions.json`` (the last two optional). Call-based outputs are kept as APPS stores them
+(usually the return value wrapped in a one-element list); the sandbox's comparison accepts
+both that wrapping and the bare value, as APPS's own checker does.
 
 The bundled sample (``data="bundled"``) holds 87 problems of the APPS **train** split (see
 ``data/README.md``): for trying the task, not for reporting APPS test results.
@@ -149,7 +149,7 @@ def problem_from_row(row: dict[str, Any], where: str = "row") -> CodeProblem:
     if fn_name is None:
         tests = [(_as_text(i), _as_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
     else:
-        tests = [(i if isinstance(i, list) else [i], _unwrap(o)) for i, o in zip(io["inputs"], io["outputs"])]
+        tests = [(i if isinstance(i, list) else [i], o) for i, o in zip(io["inputs"], io["outputs"])]
     solutions = _decoded(row.get("solutions"), "solutions", where) or []
     difficulty = str(row.get("difficulty") or "")
     if difficulty and difficulty not in DIFFICULTIES:
@@ -168,6 +168,3 @@ def problem_from_row(row: dict[str, Any], where: str = "row") -> CodeProblem:
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else "\n".join(map(str, value)) if isinstance(value, list) else str(value)
 
-
-def _unwrap(output: Any) -> Any:
-    return output[0] if isinstance(output, list) and len(output) == 1 else output

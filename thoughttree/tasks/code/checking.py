@@ -34,10 +34,15 @@ class Verdicts:
 
 @dataclass
 class Checker:
-    """Checks programs in the sandbox under ``limits`` (a :class:`thoughttree.sandbox.Limits`; None = its defaults)."""
+    """Checks programs in the sandbox under ``limits`` (a :class:`thoughttree.sandbox.Limits`; None = its defaults).
+
+    ``workers`` sandboxes run at once (None: one per CPU core); ``isolation`` is passed to the
+    sandbox ("bwrap", or the weaker mode it names).
+    """
 
     limits: Any = None
     workers: int | None = None
+    isolation: str = "bwrap"
     _cache: dict[tuple[str, str], Verdicts] = field(default_factory=dict, repr=False)
 
     def check(self, programs: Sequence[str], tests: Sequence[Test], *, fn_name: str | None, label: str) -> list[Verdicts]:
@@ -55,7 +60,8 @@ class Checker:
         return [self._cache[(p, label)] if p.strip() else failed for p in programs]
 
     def _run(self, programs: list[str], tests: list[Test], fn_name: str | None) -> list[list[Any]]:
-        from ...sandbox import Limits, run_many
+        from ...sandbox import Job, Limits, run_many
 
         limits = self.limits if self.limits is not None else Limits()
-        return run_many([(p, tests) for p in programs], fn_name=fn_name, limits=limits, workers=self.workers)
+        jobs = [Job(program, tests, fn_name, limits) for program in programs]
+        return run_many(jobs, workers=self.workers, isolation=self.isolation)

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from ...config import Sampling
 from ...tree import Node, Status, derive_seed
 from ..base import Request, Sample, Task, TaskConfig
+from ..evaluate import Evaluator, Verifier
 from .checking import Checker, Verdicts
 from .problem import CodeProblem
 
@@ -32,13 +33,18 @@ UNITS = ("program", "line")
 
 @dataclass(frozen=True)
 class CodeConfig(TaskConfig):
-    """``sampling`` for whole programs, ``line_sampling`` for one line, ``rollout`` to finish a partial program."""
+    """``sampling`` for whole programs, ``line_sampling`` for one line, ``rollout`` to finish a partial program.
+
+    ``public_tests`` False: the search runs no tests at all (every node is valued 0, so the first
+    sample is kept): plain sampling, as a baseline.
+    """
 
     unit: str = "program"
     sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=512, temperature=0.8))
     line_sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=96, temperature=0.8, stop="\n"))
     rollout: Sampling | None = field(default_factory=lambda: Sampling(max_tokens=512, temperature=0.8))
     max_lines: int = 48
+    public_tests: bool = True
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -99,7 +105,9 @@ class CodeTask(Task):
         program = self.program(key, node.path_text(include_root=False))
         return program if program.strip() else None
 
-    def evaluator(self) -> PublicTests:
+    def evaluator(self) -> Evaluator:
+        if not self.config.public_tests:
+            return Verifier(fn=_unranked)
         return PublicTests(self, None if self.config.unit == "program" else self.config.rollout)
 
     def public_rates(self, key: Any, programs: Sequence[str]) -> list[float]:
@@ -114,6 +122,10 @@ class CodeTask(Task):
         """Each program on the hidden tests: for the final score only, never during a search."""
         problem = self.get(key)
         return self.checker.check(programs, problem.hidden, fn_name=problem.fn_name, label=f"{problem.key} hidden")
+
+
+def _unranked(key: Any, node: Node) -> float:
+    return 0.0
 
 
 @dataclass(frozen=True)
