@@ -62,12 +62,14 @@ def test_pass_at_k_known_values_and_errors():
 
 def test_split_public_takes_the_statement_examples_and_keeps_one_hidden():
     tests = [("1 2\n", "3\n"), ("5 5\n", "10\n"), ("7 1\n", "8\n"), ("9 9\n", "18\n")]
-    public, hidden = split_public(tests, "Add.\nExample input:\n5 5\nOutput: 10\nInput 9  9", fn_name=None)
+    public, hidden = split_public(tests, "Add.\nExample input:\n5 5\nOutput: 10\n  9  9 \n", fn_name=None)
     assert public == (tests[1], tests[3])
     assert hidden == (tests[0], tests[2])
     public, hidden = split_public(tests, "no examples here", fn_name=None)
     assert public == (tests[0],) and hidden == tuple(tests[1:])
-    everything = "1 2 5 5 7 1 9 9"
+    part = [("QA\n", "0\n"), ("QAQ\n", "1\n"), ("AQ\n", "0\n")]
+    assert split_public(part, "Count QAQ in a line.\nInput\nQAQ\n", fn_name=None)[0] == (part[1],)  # whole lines only
+    everything = "1 2\n5 5\n7 1\n9 9"
     public, hidden = split_public(tests[:2], everything, fn_name=None)
     assert public == (tests[0],) and hidden == (tests[1],)
     calls = [([[1, 2]], 3), (["ab"], "ba"), ([7], 7)]

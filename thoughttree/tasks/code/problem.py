@@ -38,6 +38,11 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def _lines(text: str) -> str:
+    """Non-empty lines, each whitespace-normalised, framed by newlines (for whole-line matching)."""
+    return "\n" + "\n".join(_squash(line) for line in text.splitlines() if line.strip()) + "\n"
+
+
 def split_public(
     tests: list[Test], statement: str, *, fn_name: str | None, max_public: int = 3
 ) -> tuple[tuple[Test, ...], tuple[Test, ...]]:
@@ -46,17 +51,19 @@ def split_public(
     Competitive-programming statements show a few example tests, and APPS's test lists usually
     contain them; a search may use those, as a programmer would. A test counts as shown when its
     whitespace-normalised standard input (or, call-based, every argument's ``repr``) occurs in the
-    whitespace-normalised statement. At most ``max_public`` are taken, and at least one test
+    whitespace-normalised statement (standard input as whole lines: "QA" does not match a line
+    "QAQ"). At most ``max_public`` are taken, and at least one test
     always stays hidden; when no test is found in the statement, the first test is public.
     """
     if len(tests) < 2:
         raise ValueError(f"a problem needs at least 2 tests to split into public and hidden ones, got {len(tests)}")
     text = _squash(statement)
+    lines = _lines(statement)
 
     def shown(test: Test) -> bool:
         if fn_name is None:
-            needle = _squash(str(test[0]))
-            return bool(needle) and needle in text
+            needle = _lines(str(test[0]))
+            return needle != "\n" and needle in lines
         args = test[0] if isinstance(test[0], list) else [test[0]]
         return bool(args) and all(_squash(repr(a)) in text for a in args)
 
