@@ -162,3 +162,12 @@ def test_the_evaluator_is_unharmed(run):
     run("while True:\n    pass\n")
     assert (dict(os.environ), os.getcwd()) == before
     assert run_tests("print(input())", [("ok\n", "ok")], limits=SHORT)[0].passed
+
+
+def test_stopping_the_driver_runs_into_the_sandbox_deadline(run, monkeypatch):
+    monkeypatch.setattr("thoughttree.sandbox.run.STARTUP_S", 1.0)
+    monkeypatch.setattr("thoughttree.sandbox.run.PER_TEST_S", 0.5)
+    program = "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\ntime.sleep(100)\n"
+    results = run(program, [("", None), ("", None)])
+    assert [result.status for result in results] == ["timeout", "timeout"]
+    assert "ran out of time" in results[1].stderr

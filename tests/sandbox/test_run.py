@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from thoughttree.sandbox import Job, Limits, SandboxUnavailable, TestResult, run_many, run_tests
@@ -113,3 +117,16 @@ def test_missing_bubblewrap_is_refused_with_what_is_missing():
 def test_unsafe_mode_is_chosen_by_name_and_still_judges():
     results = run_tests(DOUBLE, [("2\n", "4\n"), ("2\n", "5\n")], limits=QUICK, isolation="none-unsafe")
     assert statuses(results) == ["passed", "wrong_answer"]
+
+
+def test_bubblewrap_that_cannot_build_namespaces_is_refused():
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        fake = folder / "bwrap"
+        fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        with pytest.raises(SandboxUnavailable, match="No permissions.*user namespaces"):
+            run_tests(DOUBLE, [("1\n", "2\n")], bwrap=str(fake))
+    finally:
+        shutil.rmtree(folder)
