@@ -11,9 +11,7 @@ the test ends, for whatever reason, its whole process group is killed, and insid
 own PID namespace every other process too (``kill(-1)`` spares only the driver and the
 namespace's init), so nothing a test leaves behind survives into the next test.
 
-``python -I driver.py call PROGRAM NAME FD`` is the child of a call-based test: it runs the
-program as a module, calls ``NAME(*args)`` with the JSON arguments from standard input and
-writes the return value to file descriptor FD in :mod:`wire` format.
+A call-based test's child is ``call.py`` next to this file.
 """
 
 from __future__ import annotations
@@ -29,9 +27,6 @@ import subprocess
 import sys
 import time
 import traceback
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import wire  # noqa: E402  (the sibling module, found next to this file)
 
 STDERR_KEEP = 8192
 OPEN_FILES = 256
@@ -207,29 +202,10 @@ def main() -> None:
         if fn_name is None:
             argv, data = [sys.executable, "-I", program], given.encode("utf-8")
         else:
-            argv = [sys.executable, "-I", os.path.abspath(__file__), "call", program, fn_name]
+            argv = [sys.executable, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "call.py"), program, fn_name]
             data = json.dumps(given).encode("utf-8")
         emit({"i": index, **run_test(argv, data, request, call=fn_name is not None)})
 
 
-def call(program: str, fn_name: str, fd: str) -> None:
-    channel = os.fdopen(int(fd), "w")
-    args = json.loads(sys.stdin.read())
-    with open(program, encoding="utf-8") as handle:
-        code = compile(handle.read(), program, "exec")
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    exec(code, namespace)
-    function = namespace.get(fn_name)
-    if function is None and isinstance(namespace.get("Solution"), type):
-        function = getattr(namespace["Solution"](), fn_name, None)
-    if not callable(function):
-        sys.exit(f"the program defines no function or Solution method named {fn_name!r}")
-    channel.write(wire.encode(function(*args)))
-    channel.flush()
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["call"]:
-        call(*sys.argv[2:5])
-    else:
-        main()
+    main()

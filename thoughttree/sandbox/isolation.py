@@ -7,8 +7,8 @@ cgroup namespaces: no network but a private loopback, a read-only view of ``/usr
 directory), an empty environment but ``PATH``, ``HOME`` and ``LANG``, and uid/gid 65534 inside.
 When the evaluator runs as root, bubblewrap itself is started as the unprivileged user
 ``nobody`` (uid 65534), so the sandbox is not root outside its namespaces either. The driver,
-its wire module and the program come in as read-only files copied from memory; expected outputs
-never enter. The sandbox dies with its parent.
+the call runner, their wire module and the program come in as read-only files copied from
+memory; expected outputs never enter. The sandbox dies with its parent.
 
 ``"none-unsafe"`` runs the same driver as the evaluator's own user in a temporary directory with
 a cleared environment and the same resource limits, but with no namespaces: the program can
@@ -114,6 +114,7 @@ def _bwrap(program: str, bwrap: str) -> Launch:
     files = [
         _data_fd((HERE / "driver.py").read_text(), "driver"),
         _data_fd((HERE / "wire.py").read_text(), "wire"),
+        _data_fd((HERE / "call.py").read_text(), "call"),
         _data_fd(program, "program"),
     ]
     info_r, info_w = os.pipe()
@@ -125,7 +126,8 @@ def _bwrap(program: str, bwrap: str) -> Launch:
         "--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
         "--ro-bind-data", str(files[0]), f"{INSIDE}/driver.py",
         "--ro-bind-data", str(files[1]), f"{INSIDE}/wire.py",
-        "--ro-bind-data", str(files[2]), f"{INSIDE}/program.py",
+        "--ro-bind-data", str(files[2]), f"{INSIDE}/call.py",
+        "--ro-bind-data", str(files[3]), f"{INSIDE}/program.py",
         "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
         python, "-I", f"{INSIDE}/driver.py",
     ]
