@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fakes import FakeLM
 
-from thoughttree.code_runs import CodeSearch, apps_totals, search_problem
+from thoughttree.commands.code_run import CodeSearch, apps_totals, search_problem
 from thoughttree.tasks.apps import Apps
 from thoughttree.tasks.code import Checker, CodeProblem
 
@@ -102,4 +102,4 @@ def test_a_search_error_is_recorded_and_the_problem_fails():
     entry = search_problem(task, "1", FakeLM(children=broken), CodeSearch(method="bon", samples=2), seed=0)
     assert "model exploded" in entry["result"]["error"]
     assert entry["result"]["passed"] is False and entry["result"]["program"] is None
-    assert apps_totals([entry])["errors"] == 1
+    assert apps_totals([entry])["strict_accuracy"] == 0.0

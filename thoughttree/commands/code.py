@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..code_runs import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
-from ..live import progress
+from ..runner import Problem, Record, RunOptions, RunOutcome, finish, run_problems
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
+from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least
 from .game24 import load_model
 
@@ -38,6 +37,8 @@ def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
                    help="base-model prompt or the model's chat template (default: chat when the tokenizer has one)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=Path, help="write the run file (trees, programs, verdicts, totals) here")
+    p.add_argument("--resume", type=Path, metavar="RUN.json",
+                   help="continue a stopped run from its run file (written to --output, default the same file)")
     p.add_argument("--samples", type=at_least(1), default=samples,
                    help=f"programs (io, bon) or lines per expansion (beam, mcts) (default {samples})")
     p.add_argument("--width", type=at_least(1), default=4, help="beam width (default 4)")
@@ -65,35 +66,34 @@ def _style(args: argparse.Namespace, lm: Any) -> tuple[str, Any]:
         raise CliError(f"--prompts chat: {exc}") from exc
 
 
-def _search_all(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: argparse.Namespace, meta: dict,
-                totals: Callable[[list[dict[str, Any]]], dict[str, Any]], *, all_samples: bool = False) -> RunFile:
-    out = RunFile(meta=meta)
+def _sandbox_ready() -> None:
+    """Fail early, in one line, when programs cannot be isolated here (before loading any model)."""
+    from ..sandbox import SandboxUnavailable, run_tests
+
+    try:
+        run_tests("", [("", None)])
+    except SandboxUnavailable as exc:
+        raise CliError(f"the sandbox cannot run programs here: {exc}") from exc
+
+
+def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: argparse.Namespace, meta: dict,
+         totals: Callable[[Sequence[Record]], dict[str, Any]], *, all_samples: bool = False) -> RunOutcome:
     console = Console()
-    began = time.perf_counter()
+    options = RunOptions(output=args.output, resume=args.resume, label=f"{meta['task']} {method.method}",
+                         progress=not args.live)
 
-    def finish(entry: dict[str, Any]) -> None:
-        out.problems.append(entry)
-        out.totals = {**totals(out.problems), "wall_time": time.perf_counter() - began}
-        if args.output is not None:
-            out.save(args.output)
+    def solve(problem: Problem) -> Record:
+        return search_problem(task, problem.data, lm, method, seed=problem_seed(args.seed, problem.data),
+                              live=args.live, all_samples=all_samples)
+
+    def report(record: Record, so_far: RunFile) -> str:
         if args.show:
-            show(tree_from_dict(entry["tree"]), console=console, max_children=4)
+            show(tree_from_dict(record["tree"]), console=console, max_children=4)
+        passed = sum(bool(r["result"].get("passed")) for r in so_far.problems)
+        return f"passed {passed}/{len(so_far.problems)}"
 
-    if args.live:
-        for key in keys:
-            finish(search_problem(task, key, lm, method, seed=problem_seed(args.seed, key), live=True,
-                                  all_samples=all_samples))
-        return out
-    with progress(len(keys), f"{meta['task']} {method.method}", console=console) as bar:
-        for key in keys:
-            finish(search_problem(task, key, lm, method, seed=problem_seed(args.seed, key), all_samples=all_samples))
-            bar.advance(note=f"passed {sum(bool(e['result']['passed']) for e in out.problems)}/{len(out.problems)}")
-    return out
-
-
-def _check_output(path: Path | None) -> None:
-    if path is not None and (path.is_dir() or not path.parent.exists()):
-        raise CliError(f"--output {path}: not a writable file path (is it a folder, or does its folder not exist?)")
+    problems = [Problem(id=key, data=key) for key in keys]
+    return run_problems(problems, solve, meta, options, totals=totals, on_record=report, console=console)
 
 
 def _totals_table(title: str, totals: dict[str, Any]) -> Table:
@@ -132,7 +132,7 @@ def run_apps(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--start/--end: {exc}") from exc
     method = _method(args)
-    _check_output(args.output)
+    _sandbox_ready()
     problems = _load_apps(args.data, selection)
     lm = load_model(args.model, args.device, args.dtype)
     style, render = _style(args, lm)
@@ -142,9 +142,9 @@ def run_apps(args: argparse.Namespace) -> int:
             "method": asdict(method), "prompts": style, "seed": args.seed, "model": args.model,
             "public_tests": "examples shown in each statement (see thoughttree.tasks.code.split_public)",
             "hidden_tests": "every other test; used only for the final score"}
-    result = _search_all(task, [p.key for p in problems], lm, method, args, meta, apps_totals)
-    Console().print(_totals_table(f"{split}, {len(problems)} problems, method {method.method}", result.totals))
-    return 0
+    outcome = _run(task, [p.key for p in problems], lm, method, args, meta, apps_totals)
+    Console().print(_totals_table(f"{split}, {len(problems)} problems, method {method.method}", outcome.run.totals))
+    return finish(outcome, "apps")
 
 
 # -- humaneval -----------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
         raise CliError(f"--start/--end must satisfy 0 <= start < end <= {humaneval.NUM_PROBLEMS}, "
                        f"got {args.start}, {args.end}")
     method = _method(args, samples=args.k if args.k > 1 else None)
-    _check_output(args.output)
+    _sandbox_ready()
     try:
         problems = humaneval.load()[args.start:args.end]
     except humaneval.HumanEvalDataError as exc:
@@ -175,10 +175,11 @@ def run_humaneval(args: argparse.Namespace) -> int:
     meta = {"task": "humaneval", "start": args.start, "end": args.end, "method": asdict(method), "k": args.k,
             "prompts": style, "seed": args.seed, "model": args.model,
             "public_tests": "examples in each docstring", "hidden_tests": "the problem's check function"}
-    result = _search_all(task, [p.key for p in problems], lm, method, args, meta,
-                         lambda entries: humaneval_totals(entries, args.k), all_samples=method.method == "io")
-    Console().print(_totals_table(f"HumanEval {args.start}..{args.end - 1}, method {method.method}", result.totals))
-    return 0
+    outcome = _run(task, [p.key for p in problems], lm, method, args, meta,
+                   lambda records: humaneval_totals(records, args.k), all_samples=method.method == "io")
+    Console().print(_totals_table(f"HumanEval {args.start}..{args.end - 1}, method {method.method}",
+                                  outcome.run.totals))
+    return finish(outcome, "humaneval")
 
 
 # -- check-program -------------------------------------------------------------------------------
@@ -201,10 +202,13 @@ def run_check_program(args: argparse.Namespace) -> int:
         ids = sorted(problems, key=lambda k: (len(k), k))
         raise CliError(f"--problem {args.problem}: no such problem in {args.data}; ids run {ids[0]}..{ids[-1]}")
     problem = problems[args.problem]
-    from ..sandbox import run_tests
+    from ..sandbox import SandboxUnavailable, run_tests
 
     tests = [("public", t) for t in problem.public] + [("hidden", t) for t in problem.hidden]
-    results = run_tests(program, [t for _, t in tests], fn_name=problem.fn_name)
+    try:
+        results = run_tests(program, [t for _, t in tests], fn_name=problem.fn_name)
+    except SandboxUnavailable as exc:
+        raise CliError(f"the sandbox cannot run programs here: {exc}") from exc
     rows = [{"test": i, "set": kind, "status": r.status, "seconds": round(r.time_s, 3), "stderr": r.stderr}
             for i, ((kind, _), r) in enumerate(zip(tests, results))]
     passed = sum(r["status"] == "passed" for r in rows)

@@ -18,14 +18,14 @@ on the answer (and, for HumanEval pass@k, on every sample), after the search has
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-from .config import Sampling
-from .search import SearchError, search
-from .strategies import MCTS, Beam, BestOfN, StrategyBase
-from .tasks.apps.metrics import Scored, summarize
-from .tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k
-from .tree import derive_seed
+from ..config import Sampling
+from ..search import SearchError, search
+from ..strategies import MCTS, Beam, BestOfN, StrategyBase
+from ..tasks.apps.metrics import Scored, summarize
+from ..tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k
+from ..tree import derive_seed
 
 METHODS = ("io", "bon", "beam", "mcts")
 
@@ -110,7 +110,7 @@ def problem_seed(run_seed: int, key: str) -> int:
     return derive_seed(run_seed, key)
 
 
-def apps_totals(entries: list[dict[str, Any]]) -> dict[str, float | int]:
+def apps_totals(entries: Sequence[dict[str, Any]]) -> dict[str, float | int]:
     """Strict accuracy and test-case average on the hidden tests, overall and per difficulty (flat keys)."""
     scored = [Scored(e["difficulty"], tuple(e["result"]["hidden"]), e["hidden_tests"]) for e in entries]
     totals: dict[str, float | int] = {}
@@ -119,18 +119,16 @@ def apps_totals(entries: list[dict[str, Any]]) -> dict[str, float | int]:
         totals[f"strict_accuracy{suffix}"] = values["strict_accuracy"]
         totals[f"test_case_average{suffix}"] = values["test_case_average"]
         totals[f"problems{suffix}"] = values["problems"]
-    totals["errors"] = sum("error" in e["result"] for e in entries)
     return totals
 
 
-def humaneval_totals(entries: list[dict[str, Any]], k: int) -> dict[str, float | int]:
+def humaneval_totals(entries: Sequence[dict[str, Any]], k: int) -> dict[str, float | int]:
     """pass@1 of the answers; for io also the unbiased pass@1 and pass@k over every problem's samples."""
     totals: dict[str, float | int] = {
         "problems": len(entries),
         "passed": sum(bool(e["result"]["passed"]) for e in entries),
-        "errors": sum("error" in e["result"] for e in entries),
     }
-    totals["pass@1"] = totals["passed"] / len(entries)
+    totals["pass@1"] = totals["passed"] / len(entries) if entries else 0.0
     counts = [(len(e["result"]["sample_passed"]), sum(e["result"]["sample_passed"])) for e in entries
               if "sample_passed" in e["result"]]
     if counts and len(counts) == len(entries) and all(n >= 1 for n, _ in counts):
