@@ -44,6 +44,7 @@ def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
     p.add_argument("--width", type=at_least(1), default=4, help="beam width (default 4)")
     p.add_argument("--iterations", type=at_least(1), default=32, help="MCTS iterations (default 32)")
     p.add_argument("--max-tokens", type=at_least(1), default=512, help="tokens per program (default 512)")
+    p.add_argument("--max-lines", type=at_least(1), default=48, help="beam, mcts: lines per program (default 48)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
 
@@ -51,7 +52,7 @@ def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
 def _method(args: argparse.Namespace, samples: int | None = None) -> CodeSearch:
     try:
         return CodeSearch(method=args.method, samples=samples or args.samples, width=args.width,
-                          iterations=args.iterations, max_tokens=args.max_tokens)
+                          iterations=args.iterations, max_tokens=args.max_tokens, max_lines=args.max_lines)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
 

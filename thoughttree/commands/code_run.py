@@ -111,21 +111,24 @@ def problem_seed(run_seed: int, key: str) -> int:
 
 
 def apps_totals(entries: Sequence[dict[str, Any]]) -> dict[str, float | int]:
-    """Strict accuracy and test-case average on the hidden tests, overall and per difficulty (flat keys)."""
+    """Strict accuracy and test-case average on the hidden tests, overall and per difficulty (flat keys).
+
+    The runner adds ``finished`` (the problems scored) and ``problem_count``.
+    """
     scored = [Scored(e["difficulty"], tuple(e["result"]["hidden"]), e["hidden_tests"]) for e in entries]
     totals: dict[str, float | int] = {}
     for group, values in summarize(scored).items():
         suffix = "" if group == "all" else f"_{group}"
         totals[f"strict_accuracy{suffix}"] = values["strict_accuracy"]
         totals[f"test_case_average{suffix}"] = values["test_case_average"]
-        totals[f"problems{suffix}"] = values["problems"]
+        if suffix:
+            totals[f"problems{suffix}"] = values["problems"]
     return totals
 
 
 def humaneval_totals(entries: Sequence[dict[str, Any]], k: int) -> dict[str, float | int]:
     """pass@1 of the answers; for io also the unbiased pass@1 and pass@k over every problem's samples."""
     totals: dict[str, float | int] = {
-        "problems": len(entries),
         "passed": sum(bool(e["result"]["passed"]) for e in entries),
     }
     totals["pass@1"] = totals["passed"] / len(entries) if entries else 0.0
