@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 TESTS_FAILED = 1
+DEFAULT_SAMPLES = 8
 
 
-def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
+def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a local Hugging Face model directory (no code model ships)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
@@ -39,8 +40,8 @@ def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
     p.add_argument("--output", type=Path, help="write the run file (trees, programs, verdicts, totals) here")
     p.add_argument("--resume", type=Path, metavar="RUN.json",
                    help="continue a stopped run from its run file (written to --output, default the same file)")
-    p.add_argument("--samples", type=at_least(1), default=samples,
-                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default {samples})")
+    p.add_argument("--samples", type=at_least(1),
+                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else {DEFAULT_SAMPLES})")
     p.add_argument("--width", type=at_least(1), default=4, help="beam width (default 4)")
     p.add_argument("--iterations", type=at_least(1), default=32, help="MCTS iterations (default 32)")
     p.add_argument("--max-tokens", type=at_least(1), default=512, help="tokens per program (default 512)")
@@ -50,8 +51,9 @@ def _add_search(p: argparse.ArgumentParser, samples: int) -> None:
 
 
 def _method(args: argparse.Namespace, samples: int | None = None) -> CodeSearch:
+    samples = samples or args.samples or (1 if args.method == "io" else DEFAULT_SAMPLES)
     try:
-        return CodeSearch(method=args.method, samples=samples or args.samples, width=args.width,
+        return CodeSearch(method=args.method, samples=samples, width=args.width,
                           iterations=args.iterations, max_tokens=args.max_tokens, max_lines=args.max_lines)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
@@ -111,7 +113,7 @@ def _totals_table(title: str, totals: dict[str, Any]) -> Table:
 # -- apps ----------------------------------------------------------------------------------------
 def add_apps(sub: Subparsers) -> None:
     p = sub.add_parser("apps", help="APPS: search for programs, score them on the hidden tests")
-    _add_search(p, samples=8)
+    _add_search(p)
     p.add_argument("--data", default="bundled",
                    help="'bundled' (87 APPS train-split problems), an APPS .jsonl file or a split folder")
     p.add_argument("--difficulty", choices=(*apps.DIFFICULTIES, "all"), default="all")
@@ -151,7 +153,7 @@ def run_apps(args: argparse.Namespace) -> int:
 # -- humaneval -----------------------------------------------------------------------------------
 def add_humaneval(sub: Subparsers) -> None:
     p = sub.add_parser("humaneval", help="HumanEval: complete 164 functions, pass@1 and pass@k in the sandbox")
-    _add_search(p, samples=8)
+    _add_search(p)
     p.add_argument("--k", type=at_least(1), default=1,
                    help="io: samples per problem for pass@k (pass@1 and pass@k are reported); other methods: "
                         "the same as --samples")
