@@ -4,9 +4,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: setup sandbox-tools demo test clean
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox-tools
+
+# The code sandbox (thoughttree.sandbox) runs programs inside bubblewrap; installed once with
+# apt-get when missing (as root, or through sudo), a no-op when `bwrap` is already there.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  command -v apt-get >/dev/null 2>&1 && \
+	  { $$SUDO apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q bubblewrap >/dev/null; }; }; \
+	  command -v bwrap >/dev/null 2>&1 || { \
+	    echo "error: bubblewrap (bwrap) is missing and could not be installed; install it with your package manager (Debian/Ubuntu: apt-get install bubblewrap)" >&2; exit 1; }; }
 
 # torch is pinned to the CPU build that installs from the local wheel cache; on a GPU machine
 # install your CUDA build of torch into the venv first and this step keeps it.

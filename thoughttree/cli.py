@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .commands.common import USAGE_ERROR, CliError
+from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
 from .runner import RunError
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .commands.common import Subparsers
 
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
-    add_demo, add_game24, add_bench, add_show, add_stats, add_export,
+    add_demo, add_game24, add_apps, add_humaneval, add_check_program, add_bench, add_show, add_stats, add_export,
 )
 
 

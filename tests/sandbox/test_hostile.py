@@ -1,0 +1,173 @@
+"""Hostile programs: each gets a verdict, nothing outside changes, nothing keeps running."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from thoughttree.sandbox import Limits, TestResult, run_tests
+
+SHORT = Limits(time_s=1.0, memory_mb=256, output_bytes=100_000, processes=8)
+
+
+@pytest.fixture
+def run(descendants):
+    """run_tests with short limits, checking that nothing it started is still running."""
+
+    def run_checked(program: str, tests=(("", None),)) -> list[TestResult]:
+        results = run_tests(program, list(tests), limits=SHORT)
+        assert descendants() == [], "a sandboxed process outlived its run"
+        return results
+
+    return run_checked
+
+
+def test_fork_bomb_is_capped_and_killed(run):
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    [result] = run(bomb)
+    assert result.status == "timeout"
+
+
+@pytest.mark.parametrize("program", ["while True:\n    pass\n", "import time\ntime.sleep(10 ** 6)\n"])
+def test_busy_and_sleeping_programs_time_out(program, run):
+    [result] = run(program)
+    assert result.status == "timeout" and 0.9 < result.time_s < 3.0
+
+
+def test_threads_cannot_exceed_the_process_limit(run):
+    program = (
+        "import threading, time\nstarted = 0\ntry:\n    for _ in range(50):\n"
+        "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n        started += 1\n"
+        "except RuntimeError as err:\n    print(started, err)\n"
+    )
+    [result] = run(program)
+    assert result.status == "passed" and "can't start new thread" in result.stdout
+    assert int(result.stdout.split()[0]) < SHORT.processes
+
+
+@pytest.mark.parametrize("program", ["x = bytearray(20 * 2 ** 30)\n", "x = []\nwhile True:\n    x.append(bytearray(10 ** 7))\n"])
+def test_allocating_gigabytes_is_a_memory_limit(program, run):
+    [result] = run(program)
+    assert result.status == "memory_limit" and "MemoryError" in result.stderr
+
+
+def test_printing_gigabytes_is_an_output_limit(run):
+    [result] = run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    assert result.status == "output_limit" and result.time_s < 1.0
+    assert len(result.stdout) <= 2001
+
+
+def test_a_huge_file_is_an_output_limit(run):
+    [result] = run("with open('big', 'w') as f:\n    f.write('x' * 10 ** 7)\n")
+    assert result.status == "output_limit"
+
+
+def test_writes_land_only_in_the_private_scratch_directory(tmp_path, run):
+    name = f"sandbox-escape-{uuid.uuid4().hex}"
+    targets = [Path.home(), Path(tempfile.gettempdir()), Path("/tmp"), tmp_path, Path.cwd(), Path("/"), Path("/usr")]
+    program = (
+        "import os, tempfile\n"
+        f"for d in [os.path.expanduser('~'), tempfile.gettempdir(), os.getcwd(), *{[str(t) for t in targets]!r}]:\n"
+        "    try:\n"
+        f"        open(os.path.join(d, {name!r}), 'w').write('x')\n"
+        "        print('wrote', d)\n"
+        "    except OSError as err:\n"
+        "        print('refused', d, type(err).__name__)\n"
+        f"print(open(os.path.join(os.path.expanduser('~'), {name!r})).read())\n"
+    )
+    [result] = run(program)
+    assert result.status == "passed", result.stderr
+    assert "wrote /tmp" in result.stdout and "refused /usr" in result.stdout
+    for target in targets:
+        assert not (target / name).exists()
+
+
+def test_no_network_even_to_a_local_listener(run):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n"
+        [result] = run(program)
+        assert result.status == "runtime_error" and "ConnectionRefusedError" in result.stderr
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    [result] = run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=0.5)\n")
+    assert result.status == "runtime_error" and "OSError" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "kill, status",
+    [
+        ("os.kill(os.getppid(), signal.SIGKILL)", "runtime_error"),
+        ("os.kill(-1, signal.SIGKILL)", "runtime_error"),
+        ("os.kill(1, signal.SIGKILL)", "passed"),  # the namespace's init ignores it
+    ],
+)
+def test_killing_its_parent_ends_only_the_sandbox(kill, status, run):
+    program = f"import os, signal\n{kill}\nimport time\ntime.sleep(0.5)\n"
+    results = run(program, [("", None), ("", None)])
+    assert [result.status for result in results] == [status, status]
+    assert run_tests("print(1)", [("", "1")], limits=SHORT)[0].passed
+
+
+def test_no_secrets_visible_through_proc_or_files(monkeypatch):
+    secret = f"secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("THOUGHTTREE_TEST_SECRET", secret)
+    here = Path(__file__).resolve()
+    program = (
+        "import glob, os\nseen = [repr(dict(os.environ))]\n"
+        f"for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + ['/proc/{os.getpid()}/mem', {str(here)!r}, '/proc/1/root/etc/shadow']:\n"
+        "    try:\n        seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
+        "    except OSError as err:\n        seen.append(type(err).__name__)\n"
+        "print('\\n'.join(seen))\n"
+    )
+    [result] = run_tests(program, [("", secret)], limits=Limits(time_s=2.0, output_bytes=10_000_000))
+    assert result.status == "wrong_answer"
+    assert secret not in result.stdout and "THOUGHTTREE_TEST_SECRET" not in result.stdout
+    assert "no_secrets_visible" not in result.stdout
+    assert "PermissionError" in result.stdout or "FileNotFoundError" in result.stdout
+
+
+def test_runs_as_an_unprivileged_user_without_capabilities():
+    program = "import os\nprint(os.getuid(), os.getgid())\nprint(open('/proc/self/status').read())\n"
+    [result] = run_tests(program, [("", None)], limits=SHORT)
+    assert result.stdout.splitlines()[0] == "65534 65534"
+    assert "CapEff:\t0000000000000000" in result.stdout
+
+
+def test_daemons_do_not_survive_the_run(run, processes_mentioning):
+    marker = f"{uuid.uuid4().int % 10 ** 6}.{uuid.uuid4().int % 10 ** 6}"
+    program = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', {marker!r}])\n"
+        "    os._exit(0)\n"
+        "os.wait()\nprint('done')\n"
+    )
+    results = run(program, [("", "done"), ("", "done")])
+    assert [r.status for r in results] == ["passed", "passed"]
+    assert processes_mentioning(marker) == []
+
+
+def test_the_evaluator_is_unharmed(run):
+    before = dict(os.environ), os.getcwd()
+    run("import os, signal\nos.kill(-1, signal.SIGKILL)\n")
+    run("while True:\n    pass\n")
+    assert (dict(os.environ), os.getcwd()) == before
+    assert run_tests("print(input())", [("ok\n", "ok")], limits=SHORT)[0].passed
+
+
+def test_stopping_the_driver_runs_into_the_sandbox_deadline(run, monkeypatch):
+    monkeypatch.setattr("thoughttree.sandbox.run.STARTUP_S", 1.0)
+    monkeypatch.setattr("thoughttree.sandbox.run.PER_TEST_S", 0.5)
+    program = "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\ntime.sleep(100)\n"
+    results = run(program, [("", None), ("", None)])
+    assert [result.status for result in results] == ["timeout", "timeout"]
+    assert "ran out of time" in results[1].stderr

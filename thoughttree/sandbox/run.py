@@ -1,0 +1,170 @@
+"""Run one program against its tests in the sandbox and judge every test in the parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import asdict
+from typing import Any, Iterable, Sequence
+
+from .compare import outputs_match, values_match
+from .isolation import Launch, SandboxUnavailable, launch
+from .limits import Limits
+from .result import TestResult, excerpt
+from .wire import WireError, decode
+
+Test = tuple[Any, Any]
+STARTUP_S = 10.0
+PER_TEST_S = 2.0
+STOP_WAIT_S = 5.0
+
+
+def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
+    pairs: list[Test] = []
+    for index, test in enumerate(tests):
+        if not (isinstance(test, (tuple, list)) and len(test) == 2):
+            raise ValueError(f"test {index} must be an (input, expected) pair, got {test!r:.80}")
+        given, expected = test
+        if fn_name is None and not isinstance(given, str):
+            raise ValueError(f"test {index}: a standard-input test's input must be a string, got {type(given).__name__}")
+        if fn_name is not None and not isinstance(given, (list, tuple)):
+            raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {type(given).__name__}")
+        pairs.append((given if fn_name is None else list(given), expected))
+    return pairs
+
+
+def _request(spec: Launch, pairs: list[Test], fn_name: str | None, limits: Limits) -> bytes:
+    try:
+        return json.dumps({
+            "program": spec.program, "inputs": [given for given, _ in pairs], "fn_name": fn_name,
+            "limits": asdict(limits), "kill_all": spec.kill_all,
+        }).encode("utf-8")
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"call arguments must be JSON values (lists, dicts, numbers, strings): {err}") from None
+
+
+def _stop(proc: subprocess.Popen, spec: Launch) -> None:
+    """Kill the sandbox: its PID namespace's init first (the kernel then kills every process in
+    the namespace and bubblewrap reaps it), then bubblewrap's own process group."""
+    if spec.info_fd is not None and proc.poll() is None:
+        os.set_blocking(spec.info_fd, False)
+        try:
+            pid = json.loads(os.read(spec.info_fd, 4096) or b"{}").get("child-pid")
+        except (BlockingIOError, ValueError):
+            pid = None
+        if isinstance(pid, int) and proc.poll() is None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                proc.wait(STOP_WAIT_S)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], str, bool]:
+    try:
+        proc = subprocess.Popen(
+            spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=spec.cwd, env=spec.env or {}, pass_fds=spec.pass_fds, start_new_session=True,
+            user=spec.user, group=spec.user, extra_groups=None if spec.user is None else [],
+        )
+    except OSError as err:
+        raise SandboxUnavailable(f"cannot start {spec.argv[0]}: {err}") from None
+    timed_out = False
+    try:
+        out, err = proc.communicate(request, timeout=budget)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _stop(proc, spec)
+        out, err = proc.communicate()
+    finally:
+        _stop(proc, spec)
+    records = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short when the driver was killed
+    return records, err.decode("utf-8", "replace"), timed_out
+
+
+def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
+    stdout, stderr, code = record["stdout"], record["stderr"], record["exit"]
+    status = "passed"
+    if record["output_limit"] or (code != 0 and "File too large" in stderr):
+        status = "output_limit"
+    elif record["timeout"] or code in (-signal.SIGXCPU, -signal.SIGKILL):
+        status = "timeout"
+    elif code != 0:
+        status = "memory_limit" if "MemoryError" in stderr else "runtime_error"
+    elif fn_name is None:
+        status = "passed" if expected is None or outputs_match(stdout, expected) else "wrong_answer"
+    elif not record["value"]:
+        status, stderr = "runtime_error", stderr + "\n(the program ended before the function returned)"
+    else:
+        try:
+            status = "passed" if values_match(decode(record["value"]), expected) else "wrong_answer"
+        except WireError as err:
+            status, stderr = "runtime_error", f"{stderr}\n({err})"
+    return TestResult(status, excerpt(stdout), excerpt(stderr.strip(), tail=True), record["time"], code)
+
+
+def run_tests(
+    program: str,
+    tests: Iterable[Sequence[Any]],
+    *,
+    fn_name: str | None = None,
+    limits: Limits = Limits(),
+    isolation: str = "bwrap",
+    bwrap: str = "bwrap",
+) -> list[TestResult]:
+    """Run ``program`` on every test in one sandbox; one :class:`TestResult` per test, in order.
+
+    A test is ``(input, expected)``. Without ``fn_name`` the input is the program's standard
+    input and ``expected`` its standard output (``None``: any output, as long as it exits
+    cleanly). With ``fn_name`` the input is the list of arguments of that function (a top-level
+    function, or a method of a class ``Solution`` as in LeetCode-style APPS problems) and
+    ``expected`` its return value. Expected values never leave this process.
+
+    ``isolation`` is ``"bwrap"`` (bubblewrap, the ``bwrap`` executable) or, by name only,
+    ``"none-unsafe"``; see :mod:`thoughttree.sandbox.isolation`. Raises
+    :class:`SandboxUnavailable` when the isolation cannot be set up.
+    """
+    if not isinstance(program, str):
+        raise TypeError(f"program must be Python source text, got {type(program).__name__}")
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise ValueError(f"fn_name must be a Python identifier, got {fn_name!r}")
+    if not isinstance(limits, Limits):
+        raise TypeError(f"limits must be a thoughttree.sandbox.Limits, got {type(limits).__name__}")
+    pairs = _checked(tests, fn_name)
+    if not pairs:
+        return []
+    with launch(program, isolation, bwrap) as spec:
+        request = _request(spec, pairs, fn_name, limits)
+        budget = STARTUP_S + len(pairs) * (limits.time_s + PER_TEST_S)
+        records, errors, timed_out = _execute(spec, request, budget)
+    if not any(record.get("ready") for record in records):
+        if isolation == "bwrap" and "bwrap:" in errors:
+            raise SandboxUnavailable(
+                f"bubblewrap could not build the sandbox ({errors.strip().splitlines()[-1]}); it needs "
+                "unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0)"
+            )
+        raise RuntimeError(f"the sandbox driver did not start: {errors.strip()[-500:] or 'no error output'}")
+    for record in records:
+        if "syntax_error" in record:
+            return [TestResult("syntax_error", stderr=excerpt(record["syntax_error"], tail=True)) for _ in pairs]
+    done = {record["i"]: record for record in records if "i" in record}
+    missing = TestResult(
+        "timeout" if timed_out else "runtime_error",
+        stderr="not run: the sandbox " + ("ran out of time" if timed_out else "ended early (the program stopped its driver)"),
+    )
+    return [
+        _verdict(done[index], expected, fn_name) if index in done else missing
+        for index, (_, expected) in enumerate(pairs)
+    ]
