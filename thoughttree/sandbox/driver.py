@@ -21,6 +21,7 @@ import json
 import math
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -165,7 +166,7 @@ def run_test(argv: list[str], data: bytes, request: dict, call: bool) -> dict:
             timed_out = True
             break
         streams.pump(remaining)
-        exited = proc.poll() is not None
+        exited = bool(select.select([pidfd], [], [], 0)[0])  # without reaping: its pid stays ours
     elapsed = time.monotonic() - start
     streams.sel.unregister(pidfd)
     os.close(pidfd)

@@ -46,24 +46,26 @@ def _request(spec: Launch, pairs: list[Test], fn_name: str | None, limits: Limit
 
 
 def _stop(proc: subprocess.Popen, spec: Launch) -> None:
-    """Kill the sandbox: its PID namespace's init first (the kernel then kills every process in
-    the namespace and bubblewrap reaps it), then bubblewrap's own process group."""
-    if spec.info_fd is not None and proc.poll() is None:
+    """Kill a sandbox that is still running: its PID namespace's init first (the kernel then kills
+    every process in the namespace and bubblewrap reaps it), then bubblewrap's process group.
+    Nothing is signalled once bubblewrap has been reaped, since its ids may then be reused."""
+    if proc.poll() is not None:
+        return
+    if spec.info_fd is not None:
         os.set_blocking(spec.info_fd, False)
         try:
             pid = json.loads(os.read(spec.info_fd, 4096) or b"{}").get("child-pid")
         except (BlockingIOError, ValueError):
             pid = None
-        if isinstance(pid, int) and proc.poll() is None:
+        if isinstance(pid, int):
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)  # bubblewrap's child, not yet reaped: still that process
                 proc.wait(STOP_WAIT_S)
+                return
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], str, bool]:
