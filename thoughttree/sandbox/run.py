@@ -19,6 +19,7 @@ Test = tuple[Any, Any]
 STARTUP_S = 10.0
 PER_TEST_S = 2.0
 STOP_WAIT_S = 5.0
+FULL_DISK = ("File too large", "No space left on device")  # file-size limit, scratch full
 
 
 def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
@@ -98,7 +99,7 @@ def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], s
 def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
     stdout, stderr, code = record["stdout"], record["stderr"], record["exit"]
     status = "passed"
-    if record["output_limit"] or (code != 0 and "File too large" in stderr):
+    if record["output_limit"] or (code != 0 and any(text in stderr for text in FULL_DISK)):
         status = "output_limit"
     elif record["timeout"] or code in (-signal.SIGXCPU, -signal.SIGKILL):
         status = "timeout"
