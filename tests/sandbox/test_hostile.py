@@ -127,9 +127,10 @@ def test_no_secrets_visible_through_proc_or_files(monkeypatch):
     secret = f"secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("THOUGHTTREE_TEST_SECRET", secret)
     here = Path(__file__).resolve()
+    others = [f"/proc/{os.getpid()}/mem", str(here), "/proc/1/root/etc/shadow"]
     program = (
         "import glob, os\nseen = [repr(dict(os.environ))]\n"
-        f"for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + ['/proc/{os.getpid()}/mem', {str(here)!r}, '/proc/1/root/etc/shadow']:\n"
+        f"for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + {others!r}:\n"
         "    try:\n        seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
         "    except OSError as err:\n        seen.append(type(err).__name__)\n"
         "print('\\n'.join(seen))\n"

@@ -4,7 +4,8 @@
 cgroup namespaces: no network but a private loopback, a read-only view of ``/usr`` (plus the
 ``/bin``, ``/lib`` links) and of the interpreter's own prefix, a fresh ``/proc`` and minimal
 ``/dev`` (read-only but for a small ``/dev/shm``), a size-capped private tmpfs on ``/tmp`` as
-the writable place (home and working directory), an empty environment but ``PATH``, ``HOME`` and ``LANG``, and uid/gid 65534 inside.
+the writable place (home and working directory), an empty environment but ``PATH``, ``HOME``
+and ``LANG``, and uid/gid 65534 inside.
 When the evaluator runs as root, bubblewrap itself is started as the unprivileged user
 ``nobody`` (uid 65534), so the sandbox is not root outside its namespaces either. The driver,
 the call runner, their wire module and the program come in as read-only files copied from

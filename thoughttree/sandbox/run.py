@@ -28,10 +28,11 @@ def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
         if not (isinstance(test, (tuple, list)) and len(test) == 2):
             raise ValueError(f"test {index} must be an (input, expected) pair, got {test!r:.80}")
         given, expected = test
+        kind = type(given).__name__
         if fn_name is None and not isinstance(given, str):
-            raise ValueError(f"test {index}: a standard-input test's input must be a string, got {type(given).__name__}")
+            raise ValueError(f"test {index}: a standard-input test's input must be a string, got {kind}")
         if fn_name is not None and not isinstance(given, (list, tuple)):
-            raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {type(given).__name__}")
+            raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {kind}")
         pairs.append((given if fn_name is None else list(given), expected))
     return pairs
 
@@ -101,7 +102,7 @@ def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
     status = "passed"
     if record["output_limit"] or (code != 0 and any(text in stderr for text in FULL_DISK)):
         status = "output_limit"
-    elif record["timeout"] or code in (-signal.SIGXCPU, -signal.SIGKILL):
+    elif record["timeout"] or code == -signal.SIGXCPU:  # the wall clock, or the CPU-time limit
         status = "timeout"
     elif code != 0:
         status = "memory_limit" if "MemoryError" in stderr else "runtime_error"
@@ -163,10 +164,8 @@ def run_tests(
         if "syntax_error" in record:
             return [TestResult("syntax_error", stderr=excerpt(record["syntax_error"], tail=True)) for _ in pairs]
     done = {record["i"]: record for record in records if "i" in record}
-    missing = TestResult(
-        "timeout" if timed_out else "runtime_error",
-        stderr="not run: the sandbox " + ("ran out of time" if timed_out else "ended early (the program stopped its driver)"),
-    )
+    why = "ran out of time" if timed_out else "ended early (the program stopped its driver)"
+    missing = TestResult("timeout" if timed_out else "runtime_error", stderr=f"not run: the sandbox {why}")
     return [
         _verdict(done[index], expected, fn_name) if index in done else missing
         for index, (_, expected) in enumerate(pairs)
