@@ -64,12 +64,17 @@ def test_printing_gigabytes_is_an_output_limit(run):
 
 def test_a_huge_file_is_an_output_limit(run):
     [result] = run("with open('big', 'w') as f:\n    f.write('x' * 10 ** 7)\n")
-    assert result.status == "output_limit"
+    assert result.status == "output_limit" and "File too large" in result.stderr
+
+
+def test_filling_the_scratch_directory_is_an_output_limit(run):
+    [result] = run("for i in range(1000):\n    with open(f'f{i}', 'w') as f:\n        f.write('x' * 90_000)\n")
+    assert result.status == "output_limit" and "No space left" in result.stderr
 
 
 def test_writes_land_only_in_the_private_scratch_directory(tmp_path, run):
     name = f"sandbox-escape-{uuid.uuid4().hex}"
-    targets = [Path.home(), Path(tempfile.gettempdir()), Path("/tmp"), tmp_path, Path.cwd(), Path("/"), Path("/usr")]
+    targets = [Path.home(), Path(tempfile.gettempdir()), Path("/tmp"), tmp_path, Path.cwd(), Path("/"), Path("/usr"), Path("/dev")]
     program = (
         "import os, tempfile\n"
         f"for d in [os.path.expanduser('~'), tempfile.gettempdir(), os.getcwd(), *{[str(t) for t in targets]!r}]:\n"
@@ -82,7 +87,8 @@ def test_writes_land_only_in_the_private_scratch_directory(tmp_path, run):
     )
     [result] = run(program)
     assert result.status == "passed", result.stderr
-    assert "wrote /tmp" in result.stdout and "refused /usr" in result.stdout
+    assert "wrote /tmp" in result.stdout
+    assert "refused /usr " in result.stdout and "refused /dev " in result.stdout and "refused / " in result.stdout
     for target in targets:
         assert not (target / name).exists()
 
@@ -121,9 +127,10 @@ def test_no_secrets_visible_through_proc_or_files(monkeypatch):
     secret = f"secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("THOUGHTTREE_TEST_SECRET", secret)
     here = Path(__file__).resolve()
+    others = [f"/proc/{os.getpid()}/mem", str(here), "/proc/1/root/etc/shadow"]
     program = (
         "import glob, os\nseen = [repr(dict(os.environ))]\n"
-        f"for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + ['/proc/{os.getpid()}/mem', {str(here)!r}, '/proc/1/root/etc/shadow']:\n"
+        f"for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + {others!r}:\n"
         "    try:\n        seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
         "    except OSError as err:\n        seen.append(type(err).__name__)\n"
         "print('\\n'.join(seen))\n"

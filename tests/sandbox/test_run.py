@@ -91,7 +91,10 @@ def test_no_tests_means_no_results_and_bad_tests_are_refused():
         run_tests(DOUBLE, [("1", "2")], isolation="none")
 
 
-@pytest.mark.parametrize("field, value", [("time_s", 0), ("time_s", float("nan")), ("memory_mb", 8), ("output_bytes", 0), ("processes", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("time_s", 0), ("time_s", float("nan")), ("memory_mb", 8), ("output_bytes", 0), ("processes", True)],
+)
 def test_limits_are_validated(field, value):
     with pytest.raises(ValueError, match=f"Limits.{field}"):
         Limits(**{field: value})

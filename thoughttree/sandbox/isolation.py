@@ -3,8 +3,9 @@
 ``"bwrap"`` starts the driver with bubblewrap in new user, PID, network, mount, IPC, UTS and
 cgroup namespaces: no network but a private loopback, a read-only view of ``/usr`` (plus the
 ``/bin``, ``/lib`` links) and of the interpreter's own prefix, a fresh ``/proc`` and minimal
-``/dev``, a size-capped private tmpfs on ``/tmp`` as the only writable place (home and working
-directory), an empty environment but ``PATH``, ``HOME`` and ``LANG``, and uid/gid 65534 inside.
+``/dev`` (read-only but for a small ``/dev/shm``), a size-capped private tmpfs on ``/tmp`` as
+the writable place (home and working directory), an empty environment but ``PATH``, ``HOME``
+and ``LANG``, and uid/gid 65534 inside.
 When the evaluator runs as root, bubblewrap itself is started as the unprivileged user
 ``nobody`` (uid 65534), so the sandbox is not root outside its namespaces either. The driver,
 the call runner, their wire module and the program come in as read-only files copied from
@@ -30,6 +31,7 @@ from typing import Iterator
 ISOLATIONS = ("bwrap", "none-unsafe")
 NOBODY = 65534
 SCRATCH_BYTES = 64 << 20
+SHM_BYTES = 16 << 20
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HERE = Path(__file__).resolve().parent
 INSIDE = "/sandbox"
@@ -123,12 +125,13 @@ def _bwrap(program: str, bwrap: str) -> Launch:
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--hostname", "sandbox", "--uid", str(NOBODY), "--gid", str(NOBODY),
         *_system_binds(prefix),
-        "--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+        "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
         "--ro-bind-data", str(files[0]), f"{INSIDE}/driver.py",
         "--ro-bind-data", str(files[1]), f"{INSIDE}/wire.py",
         "--ro-bind-data", str(files[2]), f"{INSIDE}/call.py",
         "--ro-bind-data", str(files[3]), f"{INSIDE}/program.py",
-        "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
+        "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
         python, "-I", f"{INSIDE}/driver.py",
     ]
     return Launch(
