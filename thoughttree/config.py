@@ -69,13 +69,16 @@ class RuntimeConfig:
     device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
-    kernel a runtime without tree sharing would use), for comparison.
+    kernel a runtime without tree sharing would use), for comparison. ``collective_timeout_s``
+    bounds how long a tensor-parallel rank waits for the others (forming the group, and in each
+    collective) before it stops with an error.
     """
 
     page_size: int = 16
     num_pages: int | None = None
     kv_memory_bytes: int | None = None
     attention: str = "auto"
+    collective_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -84,6 +87,8 @@ class RuntimeConfig:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
         if self.kv_memory_bytes is not None and self.kv_memory_bytes < 1:
             raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
+        if not self.collective_timeout_s > 0:
+            raise ValueError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s!r}")
         if self.attention not in ("auto", "deft", "per_sequence", "reference"):
             raise ValueError(
                 f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}"

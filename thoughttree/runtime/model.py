@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,12 @@ from .model_config import ModelConfig, ModelLoadError
 
 # attend(layer, q [T, H_q, D], k [T, H_kv, D], v [T, H_kv, D]) -> [T, H_q, D]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# narrow(checkpoint tensor name, shape) -> (dim, start, stop) to read only that slice, or None for all
+Narrow = Callable[[str, Sequence[int]], "tuple[int, int, int] | None"]
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -61,6 +67,11 @@ class Transformer:
         self.device = device
         self.w = weights
         self.inv_freq = rope_inv_freq(cfg).to(device)
+        # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
+        # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] = _same
+        self.gather: Callable[[torch.Tensor], torch.Tensor] = _same
 
     @property
     def dtype(self) -> torch.dtype:
@@ -70,7 +81,7 @@ class Transformer:
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """ids, positions: [T] on device. Returns the final-normed hidden states [T, hidden]."""
         cfg, w = self.cfg, self.w
-        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        hq, hkv, d = self.num_heads, self.num_kv_heads, cfg.head_dim
         freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().to(self.dtype)[:, None, :], emb.sin().to(self.dtype)[:, None, :]
@@ -86,19 +97,19 @@ class Transformer:
                 k = _rms_norm(k, w[p + "k_norm"], cfg.rms_norm_eps)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             o = attend(i, q, k, v).reshape(-1, hq * d)
-            x = x + F.linear(o, w[p + "o"], w.get(p + "o_bias"))
+            x = x + self.reduce(F.linear(o, w[p + "o"], w.get(p + "o_bias")))
             h = _rms_norm(x, w[p + "ln2"], cfg.rms_norm_eps)
             gate, up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias")).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w[p + "down"], w.get(p + "down_bias"))
+            x = x + self.reduce(F.linear(F.silu(gate) * up, w[p + "down"], w.get(p + "down_bias")))
         return _rms_norm(x, w["norm"], cfg.rms_norm_eps)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[R, hidden] -> [R, vocab] float32."""
-        return F.linear(hidden, self.w["lm_head"]).float()
+        return self.gather(F.linear(hidden, self.w["lm_head"])).float()
 
 
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+def _read_tensors(path: Path, narrow: Narrow | None = None) -> dict[str, torch.Tensor]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -114,15 +125,25 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         try:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():
-                    out[key] = f.get_tensor(key)
+                    part = narrow(key, f.get_slice(key).get_shape()) if narrow is not None else None
+                    out[key] = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
     return out
 
 
-def load_transformer(path: str | Path, cfg: ModelConfig, *, device: torch.device, dtype: torch.dtype) -> Transformer:
-    """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights."""
-    raw = _read_tensors(Path(path))
+def _read_slice(tensor: Any, dim: int, start: int, stop: int) -> torch.Tensor:
+    return tensor[start:stop] if dim == 0 else tensor[:, start:stop]
+
+
+def load_transformer(
+    path: str | Path, cfg: ModelConfig, *, device: torch.device, dtype: torch.dtype, narrow: Narrow | None = None
+) -> Transformer:
+    """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights.
+
+    ``narrow`` reads only a slice of some tensors (a tensor-parallel rank's shard).
+    """
+    raw = _read_tensors(Path(path), narrow)
     raw = {k.removeprefix("model."): v for k, v in raw.items()}
     missing: list[str] = []
 
