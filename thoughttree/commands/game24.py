@@ -16,6 +16,7 @@ from rich.table import Table
 from ..config import RuntimeConfig, Sampling
 from ..live import format_stat, progress
 from ..runtime import LM, ModelLoadError
+from ..runtime.parallel import ParallelError, is_main_process
 from ..tasks.game24.run import METHODS, Game24Run, run_game24
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
@@ -31,18 +32,22 @@ def bundled_model_path() -> Path:
     return Path(str(resources.files("thoughttree").joinpath("models/game24")))
 
 
-def load_model(spec: str, device: str | None, dtype: str | None) -> LM:
+def load_model(spec: str, device: str | None, dtype: str | None, tensor_parallel: int = 1) -> LM:
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
-        return LM.from_pretrained(path, device=device, dtype=dtype)
+        return LM.from_pretrained(path, device=device, dtype=dtype, tensor_parallel=tensor_parallel)
     except ModelLoadError as exc:
         raise CliError(f"--model {spec}: {exc}") from exc
+    except ParallelError as exc:
+        raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
+    p.add_argument("--tensor-parallel", type=at_least(1), default=1, metavar="N",
+                   help="split the model over N processes (launch with torchrun --nproc-per-node N)")
 
 
 # -- game24 --------------------------------------------------------------------------------------
@@ -86,7 +91,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.tensor_parallel)
     console = Console()
     count = len(run.problems())
     solved = 0
@@ -183,7 +188,7 @@ def add_bench(sub: Subparsers) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.tensor_parallel)
     if args.prompt_tokens + args.tokens > lm.max_context:
         raise CliError(f"--prompt-tokens + --tokens exceed the model's context of {lm.max_context}")
     vocab = lm.config.vocab_size
@@ -209,5 +214,6 @@ def run_bench(args: argparse.Namespace) -> int:
         if rep:
             table.add_row(str(rep), f"{seconds:.3f}", format_stat(args.branches * args.tokens / seconds),
                           str(steps), f"{1000 * seconds / steps:.2f}", f"{reuse:.1f}×")
-    Console().print(table)
+    if is_main_process():
+        Console().print(table)
     return 0
