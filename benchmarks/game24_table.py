@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from thoughttree.commands.game24 import load_model
-from thoughttree.tasks.game24.run import Game24Run, run_game24
+from thoughttree.commands.game24_run import Game24Run, run_game24
 
 ROWS = (
     ("IO, best of 10 by the checker", dict(method="io", k=10)),
@@ -55,7 +55,7 @@ def main() -> None:
     base = Game24Run(start=args.start, end=args.end, seed=args.seed)
     for name, opts in ROWS:
         run = replace(base, **opts)
-        result = run_game24(lm, run)
+        result = run_game24(lm, run).run
         flags = " ".join(f"--{k} {v}" for k, v in opts.items())
         result.save(args.out / f"game24-{'-'.join(str(v) for v in opts.values())}.json")
         m, n = result.totals, result.totals["puzzles"]

@@ -3,7 +3,7 @@
 Each subcommand is a pair of functions in :mod:`thoughttree.commands`: ``add_<name>(subparsers)``
 registers its parser and sets ``run=`` to ``run_<name>(args) -> int``. A new subcommand is one
 more pair and one more entry in ``COMMANDS``. A run function reports a user's mistake by raising
-``CliError`` (or ``RunFileError``); ``main`` prints it as one line on stderr and exits with status 2.
+``CliError`` (or ``RunError``, ``RunFileError``); ``main`` prints it as one line on stderr and exits with status 2.
 A tensor-parallel peer that dies (``RankFailure``) is reported the same way, with status 1.
 """
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from .commands.common import USAGE_ERROR, CliError
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
+from .runner import RunError
 from .runtime.parallel import RankFailure
 from .tree.serialize import RunFileError
 
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     try:
         return int(args.run(args))
-    except (CliError, RunFileError) as exc:
+    except (CliError, RunError, RunFileError) as exc:
         print(f"thoughttree {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except RankFailure as exc:

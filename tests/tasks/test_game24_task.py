@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from thoughttree.cli import main
-from thoughttree.tasks.game24.run import Game24Run
+from thoughttree.commands.game24_run import Game24Run
 from thoughttree.tasks.game24.task import Game24, Game24Direct, Game24DirectConfig, as_puzzle, node_state
 from thoughttree.tree import ThoughtTree
 
@@ -108,20 +108,22 @@ def test_few_shot_prompts_for_instruction_models() -> None:
 
 
 def test_run_keeps_going_after_a_failed_search(tmp_path, capsys) -> None:
-    """A search that fails (here: prompts longer than the model's context) is recorded, not fatal."""
+    """A search that fails (here: prompts longer than the model's context) is recorded, the run goes on, exit 1."""
     from tiny_models import make_model
 
     path = make_model(tmp_path, "llama", max_position_embeddings=64)
     out = tmp_path / "run.json"
     code = main(["game24", "--model", str(path), "--device", "cpu", "--prompts", "few_shot", "--method", "bfs",
                  "--puzzle", "4 5 6 10", "--puzzle", "1 2 3 4", "--output", str(out)])
-    assert code == 0
+    assert code == 1
     from thoughttree.tree.serialize import load_run
 
     run = load_run(out)
     assert run.totals["errors"] == 2 and run.totals["success_rate"] == 0 and len(run.problems) == 2
     assert "context" in run.problems[0]["result"]["error"]
-    assert "searches that failed" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "searches that failed" in out
+    assert "2 of 2 searches failed; the first (problem 4 5 6 10): prompt 0 has" in err
 
 
 def test_few_shot_search_runs_on_a_real_model(tmp_path) -> None:

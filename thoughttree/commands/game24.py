@@ -14,14 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import RuntimeConfig, Sampling
-from ..live import format_stat, progress
+from ..live import format_stat
 from ..runtime import LM, ModelLoadError
+from ..runner import Record, RunOptions, finish
 from ..runtime.parallel import ParallelError, is_main_process
-from ..tasks.game24.run import METHODS, Game24Run, run_game24
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least
+from .game24_run import METHODS, Game24Run, run_game24
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -60,7 +61,10 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--puzzle", action="append", default=[], metavar="'A B C D'",
                    help="solve this puzzle instead of the index range (repeatable)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", type=Path, help="write the run file (trees, answers, success_rate) here")
+    p.add_argument("--output", type=Path, help="write the run file (trees, answers, success_rate) here, "
+                                               "after every puzzle")
+    p.add_argument("--resume", type=Path, metavar="RUN.json",
+                   help="continue a stopped run from its run file (written to --output, default the same file)")
     p.add_argument("--prompts", choices=("compact", "few_shot"),
                    help="compact formats (default for the bundled model) or few-shot Tree-of-Thoughts prompts "
                         "(default for other models)")
@@ -93,27 +97,17 @@ def run_game24_command(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     lm = load_model(args.model, args.device, args.dtype, args.tensor_parallel)
     console = Console()
-    count = len(run.problems())
-    solved = 0
+    options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
+                         progress=not args.live)
 
-    def report(position: int, entry: dict[str, Any]) -> None:
-        nonlocal solved
-        solved += bool(entry["result"]["correct"])
+    def report(record: Record, so_far: RunFile) -> str:
         if args.show:
-            show(tree_from_dict(entry["tree"]), console=console, max_children=4)
-        if bar is not None:
-            bar.advance(note=f"solved {solved}/{position + 1}")
+            show(tree_from_dict(record["tree"]), console=console, max_children=4)
+        return f"solved {so_far.totals['solved']}/{so_far.totals['finished']}"
 
-    if args.live:
-        bar = None
-        result = run_game24(lm, run, live=True, on_problem=report)
-    else:
-        with progress(count, f"game24 {run.method}", console=console) as bar:
-            result = run_game24(lm, run, on_problem=report)
-    if args.output is not None:
-        result.save(args.output)
-    console.print(summary_table(result))
-    return 0
+    outcome = run_game24(lm, run, options, live=args.live, on_record=report)
+    console.print(summary_table(outcome.run))
+    return finish(outcome, "game24")
 
 
 def summary_table(result: RunFile) -> Table:
@@ -124,6 +118,8 @@ def summary_table(result: RunFile) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['puzzles']}")]
+    if meta["finished"] < meta["problem_count"]:
+        rows.append(("puzzles searched", f"{meta['finished']} of {meta['problem_count']} (the run was stopped)"))
     if "average_sample_accuracy" in meta:
         rows.append(("average sample accuracy", f"{meta['average_sample_accuracy']:.1%}"))
     if meta.get("errors"):
@@ -155,7 +151,7 @@ def run_demo(args: argparse.Namespace) -> int:
                   f"{run.start}..{run.end - 1}, {lm.device}")
     shown = False
 
-    def report(position: int, entry: dict[str, Any]) -> None:
+    def report(entry: Record, so_far: RunFile) -> None:
         nonlocal shown
         res = entry["result"]
         console.print(f"puzzle {entry['index']} ({entry['problem']}): {res['answer'] or 'no answer'} "
@@ -164,9 +160,9 @@ def run_demo(args: argparse.Namespace) -> int:
             show(tree_from_dict(entry["tree"]), console=console, max_children=4)
             shown = True
 
-    result = run_game24(lm, run, on_problem=report)
-    console.print(summary_table(result))
-    return 0
+    outcome = run_game24(lm, run, on_record=report)
+    console.print(summary_table(outcome.run))
+    return finish(outcome, "demo")
 
 
 def _synced_time(lm: LM) -> float:

@@ -1,4 +1,4 @@
-"""Game of 24 over a range of puzzles with one method: the search per puzzle and the run's totals.
+"""A Game of 24 run: puzzles, one method, the search per puzzle and the totals, on the shared runner.
 
 Methods: ``io`` and ``cot`` sample k whole answers (IO directly, CoT step by step) and report
 both "any of k correct" (the success rate; the checker picks) and the average share of correct
@@ -9,19 +9,19 @@ propose/value tree. Every method may use the exact checker on a finished answer.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from ...search import SearchError, search
-from ...strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
-from ...tree import derive_seed
-from ...tree.serialize import RunFile
-from ..base import Task
-from ..evaluate import LogProb
-from .arith import check_answer, format_numbers
-from .puzzles import NUM_PUZZLES, load_puzzles
-from .task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
+from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, run_problems
+from ..search import SearchError, search
+from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
+from ..tasks.base import Task
+from ..tasks.evaluate import LogProb
+from ..tasks.game24.arith import check_answer, format_numbers
+from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
+from ..tasks.game24.task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
+from ..tree import derive_seed
+from ..tree.serialize import RunFile
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -65,6 +65,8 @@ class Game24Run:
         for name in ("breadth", "samples", "evaluations", "k", "width", "iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if len(set(self.puzzles)) != len(self.puzzles):
+            raise ValueError("a --puzzle is given twice; give each puzzle once")
 
     def problems(self) -> list[tuple[int | None, str]]:
         """(dataset index or None, puzzle text) for every puzzle of the run."""
@@ -103,51 +105,56 @@ def _correct(problem: str, answer: str | None) -> bool:
     return answer is not None and check_answer(answer, as_puzzle(problem)).correct
 
 
-def run_game24(
-    lm: Any, run: Game24Run, *, live: bool = False, on_problem: Callable[[int, dict[str, Any]], None] | None = None
-) -> RunFile:
-    """Search every puzzle of ``run``; returns the run file (its totals hold success_rate, tokens, time)."""
-    out = RunFile(meta={"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
-                        "device": str(getattr(lm, "device", ""))})
-    began = time.perf_counter()
-    solved, averages, generated, prefilled, errors = 0, [], 0, 0, 0
-    problems = run.problems()
-    for position, (index, problem) in enumerate(problems):
+def game24_problems(run: Game24Run) -> list[Problem]:
+    """The run's puzzles as runner problems: id is the dataset index, or the puzzle for given ones."""
+    return [Problem(id=text if index is None else str(index), data=(index, text)) for index, text in run.problems()]
+
+
+def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
+    return {"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
+            "device": str(getattr(lm, "device", ""))}
+
+
+def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
+    """The function that searches one puzzle and returns its record (a failed search keeps its tree)."""
+
+    def solve(problem: Problem) -> Record:
+        index, text = problem.data
         task, strategy = run.task_and_strategy()
-        seed = derive_seed(run.seed, problem if index is None else index)
+        seed = derive_seed(run.seed, text if index is None else index)
         try:
-            result = search(task, strategy, lm, problem=problem, seed=seed, live=live)
+            result = search(task, strategy, lm, problem=text, seed=seed, live=live)
             entry = result.to_entry()
-        except SearchError as exc:  # keep what was searched and go on with the next puzzle
+        except SearchError as exc:  # keep what was searched; the runner counts the failure
             result = exc.partial_result
             entry = result.to_entry()
             entry["result"]["error"] = str(exc.__cause__ or exc)
-            errors += 1
         entry["index"] = index
-        correct = _correct(problem, result.answer)
-        entry["result"]["correct"] = correct
+        entry["result"]["correct"] = _correct(text, result.answer)
         if run.method in ("io", "cot", "bon"):
             samples = result.tree.root.children
-            good = sum(_correct(problem, task.answer(problem, n)) for n in samples)
+            good = sum(_correct(text, task.answer(text, n)) for n in samples)
             entry["result"]["sample_accuracy"] = good / max(1, len(samples))
-            averages.append(entry["result"]["sample_accuracy"])
-        solved += bool(correct)
-        generated += result.statistics.generated_tokens
-        prefilled += result.statistics.prefill_tokens
         result.tree.release_kv()
-        out.problems.append(entry)
-        if on_problem is not None:
-            on_problem(position, entry)
-    count = len(problems)
-    out.totals.update(
-        success_rate=solved / count,
-        solved=solved,
-        puzzles=count,
-        generated_tokens=generated,
-        prefill_tokens=prefilled,
-        wall_time=time.perf_counter() - began,
-        errors=errors,
-    )
-    if averages:
-        out.totals["average_sample_accuracy"] = sum(averages) / len(averages)
+        return entry
+
+    return solve
+
+
+def game24_totals(records: Sequence[Record]) -> dict[str, Any]:
+    """Success rate over the finished puzzles (and the mean share of correct samples for io/cot/bon)."""
+    solved = sum(bool(r["result"].get("correct")) for r in records)
+    out: dict[str, Any] = {"success_rate": solved / len(records) if records else 0.0, "solved": solved,
+                           "puzzles": len(records)}
+    accuracies = [r["result"]["sample_accuracy"] for r in records if "sample_accuracy" in r["result"]]
+    if accuracies:
+        out["average_sample_accuracy"] = sum(accuracies) / len(accuracies)
     return out
+
+
+def run_game24(lm: Any, run: Game24Run, options: RunOptions | None = None, *, live: bool = False,
+               on_record: Callable[[Record, RunFile], str | None] | None = None) -> RunOutcome:
+    """Search every puzzle of ``run`` with the shared runner; ``outcome.run`` is the run file."""
+    options = options if options is not None else RunOptions(progress=False)
+    return run_problems(game24_problems(run), game24_solver(lm, run, live=live), game24_meta(lm, run), options,
+                        totals=game24_totals, on_record=on_record)

@@ -1,0 +1,171 @@
+"""The problem-set runner: output checks, saving as it goes, interrupts, resume, exit codes, shares."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from thoughttree.runner import (
+    Problem,
+    Record,
+    RunError,
+    RunOptions,
+    build_run,
+    finish,
+    merge_runs,
+    run_problems,
+)
+from thoughttree.tree import ThoughtTree
+from thoughttree.tree.serialize import load_run, tree_to_dict
+
+PROBLEMS = [Problem(id=str(i), data=i) for i in range(5)]
+META = {"task": "squares", "seed": 3}
+
+
+def totals(records: Sequence[Record]) -> dict[str, Any]:
+    return {"solved": sum(r["result"]["answer"] % 2 == 0 for r in records)}
+
+
+class Solver:
+    """Solves problem i with answer i*i; may fail on some and send itself a signal on one."""
+
+    def __init__(self, fail: tuple[int, ...] = (), kill_on: int | None = None, sig: int = signal.SIGINT,
+                 output: Path | None = None) -> None:
+        self.fail, self.kill_on, self.sig, self.output = fail, kill_on, sig, output
+        self.seen: list[int] = []
+        self.saved_before: list[int] = []
+
+    def __call__(self, problem: Problem) -> Record:
+        i = problem.data
+        self.seen.append(i)
+        if self.output is not None and self.output.exists():
+            self.saved_before.append(len(load_run(self.output).problems))
+        tree = ThoughtTree(prompt=[1, 2])
+        stopped = "done"
+        try:
+            tree.add_child(tree.root, [i], f"step {i}")
+            if i == self.kill_on:
+                os.kill(os.getpid(), self.sig)
+                tree.add_child(tree.root, [i, i], "never reached")
+        except KeyboardInterrupt:  # what search() does: keep the tree, say why it stopped
+            stopped = "interrupted"
+        result: dict[str, Any] = {"answer": i * i, "stopped": stopped,
+                                  "statistics": {"generated_tokens": i, "prefill_tokens": 2}}
+        if i in self.fail:
+            result["error"] = f"model broke on {i}"
+        return {"problem": i, "tree": tree_to_dict(tree), "result": result}
+
+
+def strip_time(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    data.pop("wall_time")
+    return data
+
+
+def test_a_clean_run_saves_after_every_problem_and_exits_0(tmp_path):
+    out = tmp_path / "run.json"
+    solver = Solver(output=out)
+    outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False), totals=totals)
+    assert outcome.exit_code == 0 and outcome.message() is None
+    assert solver.saved_before == [1, 2, 3, 4]  # the file held every finished problem before the next began
+    run = load_run(out)
+    assert [p["id"] for p in run.problems] == ["0", "1", "2", "3", "4"] and run.meta == META
+    assert run.totals["finished"] == run.totals["problem_count"] == 5
+    assert run.totals["solved"] == 3 and run.totals["generated_tokens"] == 10 and run.totals["errors"] == 0
+
+
+@pytest.mark.parametrize("case", ["directory", "missing", "readonly"])
+def test_a_bad_output_path_fails_before_any_work(tmp_path, case):
+    if case == "directory":
+        out, match = tmp_path, "is a directory"
+    elif case == "missing":
+        out, match = tmp_path / "nope" / "run.json", "does not exist"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        out, match = ro / "run.json", "cannot write"
+    solver = Solver()
+    with pytest.raises(RunError, match=match):
+        run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False))
+    assert solver.seen == [] and list(tmp_path.glob("*.tmp")) == []
+
+
+def test_failed_searches_exit_1_with_count_and_first_error(tmp_path, capsys):
+    outcome = run_problems(PROBLEMS, Solver(fail=(1, 3)), META, RunOptions(progress=False))
+    assert outcome.exit_code == 1
+    assert finish(outcome, "squares") == 1
+    err = capsys.readouterr().err
+    assert "2 of 5 searches failed" in err and "problem 1" in err and "model broke on 1" in err
+    assert outcome.run.totals["errors"] == 2 and outcome.run.totals["finished"] == 5
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_finished_and_partial_work_and_resume_ends_as_a_clean_run(tmp_path, sig, code):
+    clean = tmp_path / "clean.json"
+    run_problems(PROBLEMS, Solver(), META, RunOptions(output=clean, progress=False), totals=totals)
+    out = tmp_path / "run.json"
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    solver = Solver(kill_on=2, sig=sig)
+    outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False), totals=totals)
+    assert outcome.exit_code == code and solver.seen == [0, 1, 2]
+    assert f"stopped by {signal.Signals(sig).name} after 2 of 5" in outcome.message()
+    assert f"--resume {out}" in outcome.message()
+    saved = load_run(out)
+    assert [p["result"]["stopped"] for p in saved.problems] == ["done", "done", "interrupted"]
+    assert len(saved.problems[2]["tree"]["nodes"]) == 2  # the partial tree of the current problem
+    assert saved.totals["finished"] == 2 and saved.totals["solved"] == 1
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
+
+    again = Solver()
+    outcome = run_problems(PROBLEMS, again, META, RunOptions(resume=out, progress=False), totals=totals)
+    assert outcome.exit_code == 0 and again.seen == [2, 3, 4]
+    assert strip_time(out) == strip_time(clean)
+
+
+def test_an_interrupted_run_without_output_is_saved_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outcome = run_problems(PROBLEMS, Solver(kill_on=1), META, RunOptions(progress=False))
+    assert outcome.exit_code == 130 and outcome.path is not None and outcome.path.is_file()
+    assert len(load_run(outcome.path).problems) == 2
+
+
+def test_resume_refuses_another_runs_file(tmp_path):
+    out = tmp_path / "run.json"
+    run_problems(PROBLEMS, Solver(kill_on=1), META, RunOptions(output=out, progress=False))
+    with pytest.raises(RunError, match=r"meta\.seed=3, this run has 4"):
+        run_problems(PROBLEMS, Solver(), {**META, "seed": 4}, RunOptions(resume=out, progress=False))
+    with pytest.raises(RunError, match="not this run's"):
+        run_problems(PROBLEMS[2:], Solver(), META, RunOptions(resume=out, progress=False))
+
+
+def test_duplicate_ids_are_refused():
+    with pytest.raises(RunError, match="unique"):
+        run_problems([Problem("a", 1), Problem("a", 2)], Solver(), META, RunOptions(progress=False))
+
+
+def test_shares_of_the_problems_merge_into_the_whole_run(tmp_path):
+    whole = run_problems(PROBLEMS, Solver(), META, RunOptions(progress=False), totals=totals).run
+    parts = [
+        run_problems(PROBLEMS, Solver(), META,
+                     RunOptions(progress=False, select=lambda ps, r=rank: ps[r::2]), totals=totals).run
+        for rank in range(2)
+    ]
+    assert [p["id"] for p in parts[1].problems] == ["1", "3"] and parts[1].totals["problem_count"] == 2
+    merged = merge_runs(parts[::-1], PROBLEMS, totals)
+    for run in (merged, whole):
+        run.totals.pop("wall_time")
+    assert merged.to_dict() == whole.to_dict()
+
+
+def test_build_run_counts_only_finished_records():
+    records = [Solver()(Problem("0", 0)), {**Solver()(Problem("1", 1)), "result": {"stopped": "interrupted"}}]
+    run = build_run(META, 4, records, totals, 1.5)
+    assert run.totals["finished"] == 1 and run.totals["problem_count"] == 4 and run.totals["solved"] == 1

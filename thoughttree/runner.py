@@ -1,0 +1,287 @@
+"""Running a problem set: the loop over problems, progress, the run file, interrupts, exit codes.
+
+A task command gives :func:`run_problems` its problems (each with a stable id), a function that
+solves one problem and returns its run-file record, and the run's settings::
+
+    problems = [Problem(id=str(i), data=text) for i, text in ...]
+    outcome = run_problems(problems, solve, meta, RunOptions(output=path, resume=None, label="game24 bfs"))
+    return finish(outcome, "game24")
+
+The output path is checked before any work; the run file is replaced atomically after every
+finished problem; SIGINT and SIGTERM stop the run, the finished problems and the current partial
+tree are saved, and the exit status is 130 or 143. ``resume`` continues a stopped run: its
+finished records are kept and the rest are solved, so (with deterministic ``solve``) the file
+ends as an uninterrupted run's would, wall-clock fields aside.
+
+A record is a run file's problem entry: ``{"id", "problem", "tree", "result": {"stopped", ...}}``;
+``result.error`` marks a failed search, ``result.stopped == "interrupted"`` a partial one.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, Sequence
+
+from .tree.serialize import RunFile, load_run
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+Record = dict[str, Any]
+Solve = Callable[["Problem"], Record]
+Totals = Callable[[Sequence[Record]], dict[str, Any]]
+Select = Callable[[Sequence["Problem"]], Sequence["Problem"]]
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked (an unwritable output, a resume file of another run)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a set: ``id`` is stable across runs (it names the record), ``data`` goes to ``solve``."""
+
+    id: str
+    data: Any
+
+
+def all_problems(problems: Sequence[Problem]) -> Sequence[Problem]:
+    """The default selection: this process runs every problem."""
+    return problems
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where the run is saved and which problems this process runs (``select``, e.g. one rank's share)."""
+
+    output: Path | None = None
+    resume: Path | None = None
+    label: str = "problems"
+    progress: bool = True
+    select: Select = all_problems
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: the run file, where it was saved, the failed searches and the stopping signal."""
+
+    run: RunFile
+    path: Path | None
+    planned: int
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (problem id, error message)
+    signal: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.signal is not None:
+            return EXIT_CODES.get(self.signal, 128 + int(self.signal))
+        return EXIT_FAILED if self.failures else EXIT_OK
+
+    def message(self) -> str | None:
+        """One line for the user when the run did not end cleanly, else None."""
+        finished = self.run.totals.get("finished", 0)
+        if self.signal is not None:
+            name = signal.Signals(self.signal).name
+            where = f"saved to {self.path}; continue with --resume {self.path}" if self.path else "nothing saved"
+            return f"stopped by {name} after {finished} of {self.planned} problems; {where}"
+        if self.failures:
+            pid, error = self.failures[0]
+            return (f"{len(self.failures)} of {self.planned} searches failed; the first (problem {pid}): {error}")
+        return None
+
+
+def record_error(record: Record) -> str | None:
+    return record.get("result", {}).get("error")
+
+
+def is_partial(record: Record) -> bool:
+    return record.get("result", {}).get("stopped") == "interrupted"
+
+
+def check_output(path: Path) -> None:
+    """Fail before any work when ``path`` cannot take the run file."""
+    if path.is_dir():
+        raise RunError(f"--output {path} is a directory; give a file path such as {path / 'run.json'}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise RunError(f"--output {path}: the directory {parent} does not exist; create it first")
+    probe = parent / f".{path.name}.{threading.get_ident()}.probe"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise RunError(f"--output {path}: cannot write in {parent} ({exc.strerror}); choose another path") from None
+    if path.exists() and not path.is_file():
+        raise RunError(f"--output {path} exists and is not a file; choose another path")
+
+
+def build_run(meta: dict[str, Any], planned: int, records: Sequence[Record], totals: Totals,
+              wall_time: float) -> RunFile:
+    """The run file of ``records`` (finished ones and at most one partial) with the run's totals."""
+    done = [r for r in records if not is_partial(r)]
+    stats = [r.get("result", {}).get("statistics") or {} for r in done]
+    common = {
+        "problem_count": planned,
+        "finished": len(done),
+        "errors": sum(record_error(r) is not None for r in done),
+        "generated_tokens": sum(int(s.get("generated_tokens", 0)) for s in stats),
+        "prefill_tokens": sum(int(s.get("prefill_tokens", 0)) for s in stats),
+        "wall_time": wall_time,
+    }
+    return RunFile(meta=dict(meta), problems=list(records), totals={**common, **totals(done)})
+
+
+def merge_runs(parts: Sequence[RunFile], problems: Sequence[Problem], totals: Totals) -> RunFile:
+    """One run file from the part files of processes that each ran a share of ``problems``."""
+    if not parts:
+        raise RunError("no part files to merge")
+    by_id: dict[str, Record] = {}
+    for part in parts:
+        for record in part.problems:
+            by_id[str(record["id"])] = record
+    records = [by_id[p.id] for p in problems if p.id in by_id]
+    wall = max(float(p.totals.get("wall_time", 0.0)) for p in parts)
+    return build_run(parts[0].meta, len(problems), records, totals, wall)
+
+
+def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -> tuple[dict[str, Record], float]:
+    """The finished records of a stopped run (by id) and its wall time so far; checks it is this run."""
+    run = load_run(path)
+    for key in sorted(set(meta) | set(run.meta)):
+        if run.meta.get(key) != meta.get(key):
+            raise RunError(f"--resume {path} was written with meta.{key}={run.meta.get(key)!r}, this run has "
+                           f"{meta.get(key)!r}; resume with the options of the stopped run")
+    ids = {p.id for p in problems}
+    done: dict[str, Record] = {}
+    for i, record in enumerate(run.problems):
+        if "id" not in record or str(record["id"]) not in ids:
+            raise RunError(f"--resume {path}: problem {i} has no id of this run's problems; the file is not this run's")
+        if not is_partial(record):
+            done[str(record["id"])] = record
+    return done, float(run.totals.get("wall_time", 0.0))
+
+
+class Interrupts:
+    """SIGINT and SIGTERM handlers: remember the first signal; raise KeyboardInterrupt only while armed."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.armed = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in EXIT_CODES:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is None:
+            self.signal = signum
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+def run_problems(
+    problems: Sequence[Problem],
+    solve: Solve,
+    meta: dict[str, Any],
+    options: RunOptions,
+    *,
+    totals: Totals = lambda records: {},
+    on_record: Callable[[Record, RunFile], str | None] | None = None,
+    console: Any = None,
+) -> RunOutcome:
+    """Solve the selected problems in order, saving after each; see the module docstring.
+
+    ``on_record(record, run)`` is called after each finished problem and may return the progress
+    bar's note (e.g. "solved 3/5").
+    """
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise RunError("problem ids must be unique; two problems share an id")
+    output = options.output if options.output is not None else options.resume
+    if output is not None:
+        check_output(output)
+    done, before = load_resume(options.resume, meta, problems) if options.resume is not None else ({}, 0.0)
+    mine = list(options.select(problems))
+    records: list[Record] = [done[p.id] for p in mine if p.id in done]
+    todo = [p for p in mine if p.id not in done]
+    outcome = RunOutcome(RunFile(), output, len(mine))
+    outcome.failures = [(str(r["id"]), e) for r in records if (e := record_error(r)) is not None]
+    began = time.perf_counter()
+
+    def save() -> RunFile:
+        ordered = sorted(records, key=lambda r: ids.index(str(r["id"])))
+        outcome.run = build_run(meta, len(mine), ordered, totals, before + time.perf_counter() - began)
+        if outcome.path is not None:
+            outcome.run.save(outcome.path)
+        return outcome.run
+
+    with Interrupts() as interrupts, _bar(len(mine), options, console) as bar:
+        if bar is not None and records:
+            bar.advance(len(records))
+        for problem in todo:
+            record = None
+            interrupts.armed = interrupts.signal is None
+            try:
+                if interrupts.armed:
+                    record = solve(problem)
+            except KeyboardInterrupt:
+                interrupts.signal = interrupts.signal or signal.SIGINT
+            finally:
+                interrupts.armed = False
+            if record is not None:
+                record = {"id": problem.id, **record}
+                records.append(record)
+                if (error := record_error(record)) is not None:
+                    outcome.failures.append((problem.id, error))
+            if interrupts.signal is not None:
+                break
+            run = save()
+            note = on_record(record, run) if on_record is not None and record is not None else None
+            if bar is not None:
+                bar.advance(note=note)
+        if interrupts.signal is not None:
+            outcome.signal = interrupts.signal
+            if outcome.path is None:  # never lose finished work: save it beside the user
+                outcome.path = Path(f"thoughttree-run-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json")
+        save()
+    return outcome
+
+
+def _bar(total: int, options: RunOptions, console: Any) -> Any:
+    if not options.progress:
+        from contextlib import nullcontext
+
+        return nullcontext()
+    from .live import progress
+
+    return progress(total, options.label, console=console)
+
+
+def finish(outcome: RunOutcome, command: str) -> int:
+    """Print the outcome's one-line message (if any) on stderr and return the exit status."""
+    message = outcome.message()
+    if message is not None:
+        print(f"thoughttree {command}: {message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+__all__ = [
+    "EXIT_CODES", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "Interrupts", "Problem", "Record", "RunError",
+    "RunOptions", "RunOutcome", "Solve", "Totals", "all_problems", "build_run", "check_output",
+    "finish", "is_partial", "load_resume", "merge_runs", "record_error", "run_problems",
+]
