@@ -16,6 +16,7 @@ from rich.table import Table
 from ..config import RuntimeConfig, Sampling
 from ..live import format_stat
 from ..runtime import LM, ModelLoadError
+from ..data_parallel import Layout, join_data_parallel
 from ..runner import Record, RunOptions, finish
 from ..runtime.parallel import ParallelError, is_main_process
 from ..tree import ThoughtTree, TreeError
@@ -51,6 +52,28 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                    help="split the model over N processes (launch with torchrun --nproc-per-node N)")
 
 
+def add_data_parallel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-parallel", action="store_true",
+                   help="split the problems over the ranks (or tensor-parallel groups) of a torchrun launch; "
+                        "rank 0 writes the merged run file")
+
+
+def join_launch(args: argparse.Namespace) -> Layout | None:
+    """The data-parallel layout of a distributed run (--data-parallel or --tensor-parallel > 1), else None."""
+    if not args.data_parallel and args.tensor_parallel == 1:
+        return None
+    requested = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        layout = join_data_parallel(args.tensor_parallel, requested)
+    except ParallelError as exc:
+        raise CliError(str(exc)) from exc
+    if not args.data_parallel and layout.groups > 1:
+        raise CliError(f"--tensor-parallel {args.tensor_parallel} does not match the world of {layout.world} ranks; "
+                       f"launch with torchrun --nproc-per-node {args.tensor_parallel}, or add --data-parallel "
+                       f"to split the problems over {layout.groups} groups")
+    return layout
+
+
 # -- game24 --------------------------------------------------------------------------------------
 def add_game24(sub: Subparsers) -> None:
     p = sub.add_parser("game24", help="solve Game of 24 puzzles with a search method")
@@ -71,6 +94,7 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--value", choices=("probs", "samples"),
                    help="value states by label probabilities (compact default) or sampled verdicts (few-shot default)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
+    add_data_parallel(p)
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
@@ -95,8 +119,9 @@ def run_game24_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype, args.tensor_parallel)
-    console = Console()
+    layout = join_launch(args)
+    lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.tensor_parallel)
+    console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
                          progress=not args.live)
 
@@ -105,9 +130,9 @@ def run_game24_command(args: argparse.Namespace) -> int:
             show(tree_from_dict(record["tree"]), console=console, max_children=4)
         return f"solved {so_far.totals['solved']}/{so_far.totals['finished']}"
 
-    outcome = run_game24(lm, run, options, live=args.live, on_record=report)
+    outcome = run_game24(lm, run, options, live=args.live, on_record=report, layout=layout)
     console.print(summary_table(outcome.run))
-    return finish(outcome, "game24")
+    return finish(outcome, "game24") if is_main_process() else outcome.exit_code
 
 
 def summary_table(result: RunFile) -> Table:
