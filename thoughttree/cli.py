@@ -4,6 +4,7 @@ Each subcommand is a pair of functions in :mod:`thoughttree.commands`: ``add_<na
 registers its parser and sets ``run=`` to ``run_<name>(args) -> int``. A new subcommand is one
 more pair and one more entry in ``COMMANDS``. A run function reports a user's mistake by raising
 ``CliError`` (or ``RunError``, ``RunFileError``); ``main`` prints it as one line on stderr and exits with status 2.
+A tensor-parallel peer that dies (``RankFailure``) is reported the same way, with status 1.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
 from .runner import RunError
+from .runtime.parallel import RankFailure
 from .tree.serialize import RunFileError
 
 if TYPE_CHECKING:
     from .commands.common import Subparsers
+
+RANK_FAILED = 1
 
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_demo, add_game24, add_apps, add_humaneval, add_check_program, add_bench, add_show, add_stats, add_export,
@@ -49,3 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, RunError, RunFileError) as exc:
         print(f"thoughttree {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    except RankFailure as exc:
+        print(f"thoughttree {args.command}: error: {exc}", file=sys.stderr)
+        return RANK_FAILED

@@ -73,6 +73,8 @@ class RuntimeConfig:
     after a batch's first token replay CUDA graphs captured per bucket of row counts
     (``cuda_graphs=False`` runs the same steps eagerly); batches of more than
     ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory.
+    ``collective_timeout_s`` bounds how long a tensor-parallel rank waits for the others (forming
+    the group, and in each collective) before it stops with an error.
     """
 
     page_size: int = 16
@@ -81,6 +83,7 @@ class RuntimeConfig:
     attention: str = "auto"
     cuda_graphs: bool = True
     graph_max_rows: int = 512
+    collective_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -91,6 +94,8 @@ class RuntimeConfig:
             raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
         if self.graph_max_rows < 1:
             raise ValueError(f"graph_max_rows must be >= 1, got {self.graph_max_rows}")
+        if not self.collective_timeout_s > 0:
+            raise ValueError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s!r}")
         if self.attention not in ("auto", "deft", "per_sequence", "reference"):
             raise ValueError(
                 f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}"

@@ -20,6 +20,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .runtime.parallel import RankFailure, is_main_process
 from .search_result import Counters, RoundStats, SearchResult, Statistics
 from .search_round import RoundRunner
 from .strategies.base import SearchContext, Strategy
@@ -90,7 +91,8 @@ def search(
 
     ``tree``: continue a saved search (its seed is used; the root must be ``task.prompt(problem)``).
     ``live``: True shows the tree and statistics in the terminal while searching (a
-    ``thoughttree.live.LiveView`` may be passed instead, e.g. one with its own console).
+    ``thoughttree.live.LiveView`` may be passed instead, e.g. one with its own console); under a
+    distributed launch only rank 0 draws it.
     """
     budget = Budget() if budget is None else budget
     if not isinstance(budget, Budget):
@@ -109,13 +111,17 @@ def search(
         "budget": asdict(budget),
     }
     run = _Run(lm, tree, ctx, strategy, settings)
-    view = _live_view(task, strategy) if live is True else live or None
+    view = None
+    if is_main_process():  # under a distributed launch only rank 0 draws
+        view = _live_view(task, strategy) if live is True else live or None
     try:
         with view if view is not None else nullcontext():
             strategy.start(tree, ctx)
             stopped = run.loop(budget, view)
     except KeyboardInterrupt:
         stopped = "interrupted"
+    except RankFailure:
+        raise  # a tensor-parallel peer is gone: this process cannot search on
     except Exception as exc:
         partial = run.result("error")
         raise SearchError(

@@ -16,7 +16,9 @@ from rich.table import Table
 from ..config import RuntimeConfig, Sampling
 from ..live import format_stat
 from ..runtime import LM, ModelLoadError
+from ..data_parallel import Layout, join_data_parallel
 from ..runner import Record, RunOptions, finish
+from ..runtime.parallel import ParallelError, is_main_process
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
@@ -32,18 +34,44 @@ def bundled_model_path() -> Path:
     return Path(str(resources.files("thoughttree").joinpath("models/game24")))
 
 
-def load_model(spec: str, device: str | None, dtype: str | None) -> LM:
+def load_model(spec: str, device: str | None, dtype: str | None, tensor_parallel: int = 1) -> LM:
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
-        return LM.from_pretrained(path, device=device, dtype=dtype)
+        return LM.from_pretrained(path, device=device, dtype=dtype, tensor_parallel=tensor_parallel)
     except ModelLoadError as exc:
         raise CliError(f"--model {spec}: {exc}") from exc
+    except ParallelError as exc:
+        raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
+    p.add_argument("--tensor-parallel", type=at_least(1), default=1, metavar="N",
+                   help="split the model over N processes (launch with torchrun --nproc-per-node N)")
+
+
+def add_data_parallel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-parallel", action="store_true",
+                   help="split the problems over the ranks (or tensor-parallel groups) of a torchrun launch; "
+                        "rank 0 writes the merged run file")
+
+
+def join_launch(args: argparse.Namespace) -> Layout | None:
+    """The data-parallel layout of a distributed run (--data-parallel or --tensor-parallel > 1), else None."""
+    if not args.data_parallel and args.tensor_parallel == 1:
+        return None
+    requested = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        layout = join_data_parallel(args.tensor_parallel, requested)
+    except ParallelError as exc:
+        raise CliError(str(exc)) from exc
+    if not args.data_parallel and layout.groups > 1:
+        raise CliError(f"--tensor-parallel {args.tensor_parallel} does not match the world of {layout.world} ranks; "
+                       f"launch with torchrun --nproc-per-node {args.tensor_parallel}, or add --data-parallel "
+                       f"to split the problems over {layout.groups} groups")
+    return layout
 
 
 # -- game24 --------------------------------------------------------------------------------------
@@ -66,6 +94,7 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--value", choices=("probs", "samples"),
                    help="value states by label probabilities (compact default) or sampled verdicts (few-shot default)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
+    add_data_parallel(p)
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
@@ -90,8 +119,9 @@ def run_game24_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype)
-    console = Console()
+    layout = join_launch(args)
+    lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.tensor_parallel)
+    console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
                          progress=not args.live)
 
@@ -100,9 +130,9 @@ def run_game24_command(args: argparse.Namespace) -> int:
             show(tree_from_dict(record["tree"]), console=console, max_children=4)
         return f"solved {so_far.totals['solved']}/{so_far.totals['finished']}"
 
-    outcome = run_game24(lm, run, options, live=args.live, on_record=report)
+    outcome = run_game24(lm, run, options, live=args.live, on_record=report, layout=layout)
     console.print(summary_table(outcome.run))
-    return finish(outcome, "game24")
+    return finish(outcome, "game24") if is_main_process() else outcome.exit_code
 
 
 def summary_table(result: RunFile) -> Table:
@@ -179,7 +209,7 @@ def add_bench(sub: Subparsers) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.tensor_parallel)
     if args.prompt_tokens + args.tokens > lm.max_context:
         raise CliError(f"--prompt-tokens + --tokens exceed the model's context of {lm.max_context}")
     vocab = lm.config.vocab_size
@@ -205,5 +235,6 @@ def run_bench(args: argparse.Namespace) -> int:
         if rep:
             table.add_row(str(rep), f"{seconds:.3f}", format_stat(args.branches * args.tokens / seconds),
                           str(steps), f"{1000 * seconds / steps:.2f}", f"{reuse:.1f}×")
-    Console().print(table)
+    if is_main_process():
+        Console().print(table)
     return 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, run_problems
+from ..data_parallel import Layout, run_problem_set
+from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
 from ..search import SearchError, search
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
@@ -153,8 +154,9 @@ def game24_totals(records: Sequence[Record]) -> dict[str, Any]:
 
 
 def run_game24(lm: Any, run: Game24Run, options: RunOptions | None = None, *, live: bool = False,
-               on_record: Callable[[Record, RunFile], str | None] | None = None) -> RunOutcome:
-    """Search every puzzle of ``run`` with the shared runner; ``outcome.run`` is the run file."""
+               on_record: Callable[[Record, RunFile], str | None] | None = None,
+               layout: Layout | None = None) -> RunOutcome:
+    """Search every puzzle of ``run`` with the shared runner (split over ``layout``'s ranks when given)."""
     options = options if options is not None else RunOptions(progress=False)
-    return run_problems(game24_problems(run), game24_solver(lm, run, live=live), game24_meta(lm, run), options,
-                        totals=game24_totals, on_record=on_record)
+    return run_problem_set(game24_problems(run), game24_solver(lm, run, live=live), game24_meta(lm, run), options,
+                           layout=layout, totals=game24_totals, on_record=on_record)

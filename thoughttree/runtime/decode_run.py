@@ -47,7 +47,7 @@ class DecodeRun:
         )
         tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
         work = decode_work(
-            plan, [t.slot_array for t in self.tails], tail_cap, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+            plan, [t.slot_array for t in self.tails], tail_cap, engine.model.num_heads, engine.model.num_kv_heads, cfg.head_dim,
             WorkConfig(), share=engine.attention == "deft",
         )
         self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)

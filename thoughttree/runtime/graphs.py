@@ -106,8 +106,8 @@ class DecodeArena:
         self.work = WorkPlan(
             slots=slots, items=self.items, q_perm=q_perm, q_node=q_node, q_vis=q_vis,
             merge_offsets=offsets, merge_rows=rows_,
-            partial_o=torch.empty(cap.partials, cfg.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
-            partial_lse=torch.empty(cap.partials, cfg.num_heads, dtype=torch.float32, device=dev),
+            partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
+            partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
             classes=tuple(classes), merge_block=merge_block,
         )
         # Per-step inputs, one row each: token, position, KV slot, tail length (= tokens sampled).

@@ -15,6 +15,7 @@ from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
 from .model import Transformer, load_transformer
 from .model_config import ModelConfig, ModelLoadError
+from .parallel import TensorParallel, check_divisible, local_device
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -31,10 +32,11 @@ def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: to
     return _DTYPES[dtype]
 
 
-def _pool_pages(cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device) -> int:
+def _pool_pages(model: Transformer, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device) -> int:
     if rc.num_pages is not None:
         return rc.num_pages
-    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, cfg.num_kv_heads, cfg.head_dim, dtype)
+    cfg = model.cfg
+    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, model.num_kv_heads, cfg.head_dim, dtype)
     budget = rc.kv_memory_bytes
     if budget is None:
         budget = int(torch.cuda.mem_get_info(device)[0] * 0.5) if device.type == "cuda" else 1 << 30
@@ -54,9 +56,9 @@ class LM:
         self.device = model.device
         pool = KVPool(
             cfg.num_layers,
-            _pool_pages(cfg, runtime, model.dtype, model.device),
+            _pool_pages(model, runtime, model.dtype, model.device),
             runtime.page_size,
-            cfg.num_kv_heads,
+            model.num_kv_heads,  # a tensor-parallel rank keeps the KV of its own heads only
             cfg.head_dim,
             dtype=model.dtype,
             device=model.device,
@@ -83,22 +85,33 @@ class LM:
         device: torch.device | str | None = None,
         dtype: torch.dtype | str | None = None,
         runtime: RuntimeConfig | None = None,
+        tensor_parallel: int = 1,
     ) -> LM:
         """Load a local Hugging Face directory (config.json, *.safetensors, tokenizer); never downloads.
 
         device defaults to CUDA when available; dtype to the checkpoint's on CUDA and float32 on CPU.
+        ``tensor_parallel=N`` splits the model over the N ranks of a ``torchrun --nproc-per-node N``
+        launch (each on its own GPU, ``cuda:LOCAL_RANK``); every rank must run the same program.
         """
         from transformers import AutoTokenizer
 
         cfg = ModelConfig.from_dir(path)
         dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         dt = _resolve_dtype(dtype, cfg, dev)
+        runtime = runtime or RuntimeConfig()
+        tp = None
+        if tensor_parallel != 1:
+            check_divisible(cfg, tensor_parallel)
+            dev = local_device(dev)
+            tp = TensorParallel.join(tensor_parallel, dev, timeout_s=runtime.collective_timeout_s)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:  # transformers raises several types for missing/broken tokenizers
             raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); add tokenizer.json or the tokenizer files") from exc
-        model = load_transformer(path, cfg, device=dev, dtype=dt)
-        return cls(model, tokenizer, runtime or RuntimeConfig(), str(path))
+        model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
+        if tp is not None:
+            tp.attach(model)
+        return cls(model, tokenizer, runtime, str(path))
 
     # -- text ------------------------------------------------------------------------------------
     @property

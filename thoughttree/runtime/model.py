@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,14 @@ class StepKV(Protocol):
         ...
 
 
+# narrow(checkpoint tensor name, shape) -> (dim, start, stop) to read only that slice, or None for all
+Narrow = Callable[[str, Sequence[int]], "tuple[int, int, int] | None"]
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """[D / 2] float32 inverse frequencies, with linear or llama3 scaling applied."""
     d = cfg.head_dim
@@ -77,6 +85,11 @@ class Transformer:
         # path. The CPU path runs the PyTorch references (tests switch this on under the
         # Triton interpreter).
         self.fused = device.type == "cuda"
+        # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
+        # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] = _same
+        self.gather: Callable[[torch.Tensor], torch.Tensor] = _same
 
     @property
     def dtype(self) -> torch.dtype:
@@ -86,7 +99,7 @@ class Transformer:
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StepKV) -> torch.Tensor:
         """ids, positions: [T] on device. Returns the final-normed hidden states [T, hidden]."""
         cfg, w = self.cfg, self.w
-        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        hq, hkv, d, eps = self.num_heads, self.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         add_norm = add_rms_norm if self.fused else add_rms_norm_reference
         if not self.fused:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
@@ -108,20 +121,20 @@ class Transformer:
                 q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
                 store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
-            x = F.linear(o, w[p + "o"], w.get(p + "o_bias"))
+            x = self.reduce(F.linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
             gate_up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
             act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
-            x = F.linear(act, w[p + "down"], w.get(p + "down_bias"))
+            x = self.reduce(F.linear(act, w[p + "down"], w.get(p + "down_bias")))
         return add_norm(x, residual, w["norm"], eps)[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[R, hidden] -> [R, vocab] float32."""
-        return F.linear(hidden, self.w["lm_head"]).float()
+        return self.gather(F.linear(hidden, self.w["lm_head"])).float()
 
 
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+def _read_tensors(path: Path, narrow: Narrow | None = None) -> dict[str, torch.Tensor]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -137,15 +150,25 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         try:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():
-                    out[key] = f.get_tensor(key)
+                    part = narrow(key, f.get_slice(key).get_shape()) if narrow is not None else None
+                    out[key] = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
     return out
 
 
-def load_transformer(path: str | Path, cfg: ModelConfig, *, device: torch.device, dtype: torch.dtype) -> Transformer:
-    """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights."""
-    raw = _read_tensors(Path(path))
+def _read_slice(tensor: Any, dim: int, start: int, stop: int) -> torch.Tensor:
+    return tensor[start:stop] if dim == 0 else tensor[:, start:stop]
+
+
+def load_transformer(
+    path: str | Path, cfg: ModelConfig, *, device: torch.device, dtype: torch.dtype, narrow: Narrow | None = None
+) -> Transformer:
+    """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights.
+
+    ``narrow`` reads only a slice of some tensors (a tensor-parallel rank's shard).
+    """
+    raw = _read_tensors(Path(path), narrow)
     raw = {k.removeprefix("model."): v for k, v in raw.items()}
     missing: list[str] = []
 

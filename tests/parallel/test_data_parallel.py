@@ -1,0 +1,52 @@
+"""A data-parallel Game of 24 run over two Gloo ranks writes the single-process run file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch import ROOT, finish, rank_env, start
+
+from thoughttree.cli import main
+from thoughttree.data_parallel import PART_KEY
+
+GAME24 = ["game24", "--device", "cpu", "--start", "900", "--end", "903", "--breadth", "2", "--samples", "4",
+          "--evaluations", "1"]
+CLOCK = ("wall_time", "tokens_per_s")
+
+
+def without_clock(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: without_clock(v) for k, v in data.items() if k not in CLOCK}
+    if isinstance(data, list):
+        return [without_clock(v) for v in data]
+    return data
+
+
+def test_data_parallel_run_equals_single_process(tmp_path) -> None:
+    assert main([*GAME24, "--output", str(tmp_path / "single.json")]) == 0
+    merged = tmp_path / "merged.json"
+    # torchrun takes --start for its own --start-method: "--" ends its options.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "thoughttree", "--", *GAME24, "--output", str(merged), "--data-parallel"]
+    done = subprocess.run(cmd, cwd=ROOT, env=rank_env(0, 1, 0), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    single, parallel = json.loads((tmp_path / "single.json").read_text()), json.loads(merged.read_text())
+    assert [p["id"] for p in parallel["problems"]] == ["900", "901", "902"]
+    assert without_clock(parallel) == without_clock(single)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged.json", "single.json"]  # parts removed
+
+
+def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
+    output = tmp_path / "run.json"
+    worker = str(Path(__file__).with_name("dying_rank.py"))
+    procs = start([worker, "exit", *GAME24, "--output", str(output), "--data-parallel"], world=2)
+    (status0, text0), (status1, _) = finish(procs, timeout=200)
+    assert status1 == 9 and status0 == 1, text0[-2000:]
+    assert "data-parallel merge failed on rank 0 of 2: a rank died" in text0
+    assert not output.exists()
+    part = json.loads((tmp_path / "run.json.part-1-of-2").read_text())
+    assert part["meta"][PART_KEY] == {"part": 1, "parts": 2}  # marked: never taken for the whole run

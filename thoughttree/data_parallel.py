@@ -1,0 +1,152 @@
+"""Data-parallel problem sets: every group of ranks runs a share of the problems, rank 0 merges.
+
+Under ``torchrun --nproc-per-node W`` with tensor-parallel groups of T ranks (T = 1: one rank
+per group), the W ranks form G = W / T groups of consecutive ranks, and group g runs problems
+g, g + G, g + 2G, ... with the shared runner. The first rank of each group saves its part
+(``<output>.part-<g>-of-<G>``, marked as a part in its meta) after every problem, as a single
+run saves its file. When every group is done, the parts travel to rank 0 over a Gloo group (no
+shared file system needed) and rank 0 writes the merged run file: records in problem order,
+totals recomputed, so its content equals a single-process run with the same seed (wall-clock
+fields aside). The output path only ever holds a merged file; parts are removed once a complete
+run is merged, and kept for ``--resume`` when a run stops early. Only rank 0 draws progress.
+
+A rank that dies makes the merge fail on rank 0 with :class:`RankFailure` (nothing is written to
+the output); under torchrun the launcher stops the other ranks as soon as one fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .runner import Problem, Record, RunOptions, RunOutcome, Solve, Totals, merge_runs, record_error, run_problems
+from .runtime.parallel import DEFAULT_TIMEOUT_S, ParallelError, RankFailure, init_distributed, local_device
+from .tree.serialize import RunFile
+
+PART_KEY = "data_parallel"
+# Groups finish their shares at different times; a rank that dies is seen at once (its connections
+# close), so the final exchange may wait long for a slow but living group.
+MERGE_TIMEOUT = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """This rank's place in a data-parallel launch; ``coordinator`` is the Gloo group for the merge."""
+
+    rank: int
+    world: int
+    tensor_parallel: int
+    device: torch.device
+    coordinator: Any
+
+    @property
+    def group(self) -> int:
+        return self.rank // self.tensor_parallel
+
+    @property
+    def groups(self) -> int:
+        return self.world // self.tensor_parallel
+
+    @property
+    def leader(self) -> bool:
+        """The first rank of its group: it saves the group's part."""
+        return self.rank % self.tensor_parallel == 0
+
+    def share(self, problems: Sequence[Problem]) -> list[Problem]:
+        return list(problems)[self.group::self.groups]
+
+
+def join_data_parallel(tensor_parallel: int, device: torch.device, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Layout:
+    """Join the launch's process group; ``device`` becomes this rank's own GPU under CUDA."""
+    device = local_device(device)
+    init_distributed(device, timeout_s=timeout_s)
+    world = dist.get_world_size()
+    if world % tensor_parallel:
+        raise ParallelError(
+            f"the world of {world} ranks does not split into tensor-parallel groups of {tensor_parallel}; "
+            f"launch a multiple of {tensor_parallel} ranks"
+        )
+    coordinator = dist.new_group(backend="gloo", timeout=MERGE_TIMEOUT)
+    return Layout(dist.get_rank(), world, tensor_parallel, device, coordinator)
+
+
+def part_path(output: Path, group: int, groups: int) -> Path:
+    return output.with_name(f"{output.name}.part-{group + 1}-of-{groups}")
+
+
+def run_problem_set(
+    problems: Sequence[Problem],
+    solve: Solve,
+    meta: dict[str, Any],
+    options: RunOptions,
+    *,
+    layout: Layout | None = None,
+    totals: Totals = lambda records: {},
+    on_record: Callable[[Record, RunFile], str | None] | None = None,
+    console: Any = None,
+) -> RunOutcome:
+    """The shared runner on one process (``layout`` None) or split over a data-parallel launch."""
+    if layout is None:
+        return run_problems(problems, solve, meta, options, totals=totals, on_record=on_record, console=console)
+    base = options.output if options.output is not None else options.resume
+    scratch = Path(tempfile.mkdtemp(prefix="thoughttree-part-"))
+    try:
+        if layout.leader and base is not None:
+            output = part_path(base, layout.group, layout.groups)
+            resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
+        else:  # other members of a tensor-parallel group only keep a scratch copy
+            output, resume = scratch / "part.json", None
+        mine = RunOptions(
+            output=output, resume=resume if resume is not None and resume.is_file() else None,
+            label=f"{options.label} (part {layout.group + 1} of {layout.groups})",
+            progress=options.progress and layout.rank == 0, select=layout.share,
+        )
+        part_meta = {**meta, PART_KEY: {"part": layout.group + 1, "parts": layout.groups}}
+        outcome = run_problems(problems, solve, part_meta, mine, totals=totals,
+                               on_record=on_record if layout.rank == 0 else None, console=console)
+        parts = _gather(layout, outcome.run if layout.leader else None)
+        merged = None
+        if parts is not None:
+            merged = merge_runs(parts, problems, totals)
+            merged.meta = dict(meta)
+            if base is not None:
+                merged.save(base)
+        complete = _share(layout, merged is not None and merged.totals["finished"] == len(problems))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if layout.leader and base is not None and complete:  # a stopped run keeps its parts for --resume
+        part_path(base, layout.group, layout.groups).unlink(missing_ok=True)
+    if merged is None:  # not rank 0: its own outcome gives its exit status
+        return replace(outcome, path=None)
+    failures = [(str(r["id"]), e) for r in merged.problems if (e := record_error(r)) is not None]
+    return RunOutcome(merged, base, len(problems), failures, outcome.signal)
+
+
+def _gather(layout: Layout, part: RunFile | None) -> list[RunFile] | None:
+    """Every group's part on rank 0 (None elsewhere); a rank that is gone raises RankFailure."""
+    received: list[RunFile | None] | None = [None] * layout.world if layout.rank == 0 else None
+    try:
+        dist.gather_object(part, received, dst=0, group=layout.coordinator)
+    except Exception as exc:  # Gloo raises its own errors when a peer's connection closes
+        raise RankFailure(
+            f"data-parallel merge failed on rank {layout.rank} of {layout.world}: a rank died before finishing "
+            f"its share ({exc}); the finished parts stay in the --output .part-* files, nothing was merged"
+        ) from exc
+    return None if received is None else [p for p in received if p is not None]
+
+
+def _share(layout: Layout, flag: bool) -> bool:
+    """Rank 0's ``flag`` on every rank."""
+    box = [flag]
+    try:
+        dist.broadcast_object_list(box, src=0, group=layout.coordinator)
+    except Exception as exc:
+        raise RankFailure(f"data-parallel rank {layout.rank} lost rank 0 after the merge ({exc})") from exc
+    return bool(box[0])
