@@ -20,6 +20,7 @@ from rich.table import Table
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.kernels import WorkConfig
 from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
@@ -60,6 +61,7 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--branches", type=int, default=8)
     p.add_argument("--attention", default="deft")
+    p.add_argument("--sweep", action="store_true", help="also time the step under other decode work sizings")
     args = p.parse_args()
     console = Console(width=160)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -96,6 +98,36 @@ def main() -> None:
         table.add_column(col, justify="right" if col != "kernel" else "left")
     for name, (t, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:25]:
         table.add_row(name, f"{t / steps:.0f}", f"{n / steps:.0f}", f"{t / steps / total:.1%}")
+    console.print(table)
+    if args.sweep:
+        sweep(lm, tree, args.branches, console)
+
+
+def step_us(lm: LM, tree: ThoughtTree, branches: int) -> float:
+    tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=8, ignore_eos=True))
+    arena = lm.engine.arena
+    graph = arena.graphs[max(arena.graphs)][0]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 20 * 1000
+
+
+def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
+    """GPU time of one graphed step under several decode work sizings (same tree, same model)."""
+    table = Table(title="decode work sizing: GPU µs per step", title_justify="left")
+    for col in ("waves", "min_chunk", "µs per step"):
+        table.add_column(col, justify="right")
+    for waves in (1.0, 2.0, 4.0):
+        for min_chunk in (None, 32, 64, 128):
+            lm.engine.decode_work_config = WorkConfig(waves=waves, min_chunk=min_chunk)
+            lm.engine.arena = None
+            step_us(lm, tree, branches)
+            table.add_row(f"{waves:g}", str(min_chunk), f"{step_us(lm, tree, branches):.0f}")
     console.print(table)
 
 

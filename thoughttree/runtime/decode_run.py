@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from ..kernels import WorkConfig, plan_tree_attention
+from ..kernels import plan_tree_attention
 from ..kernels.decode_work import decode_work
 from ..kernels.sample import gumbel_sample
 from .graphs import Capacity
@@ -48,7 +48,7 @@ class DecodeRun:
         tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
         work = decode_work(
             plan, [t.slot_array for t in self.tails], tail_cap, engine.model.num_heads, engine.model.num_kv_heads, cfg.head_dim,
-            WorkConfig(), share=engine.attention == "deft",
+            engine.decode_work_config, share=engine.attention == "deft",
         )
         self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)
         self.arena.load(work, len(self.requests))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..config import RuntimeConfig, Sampling
-from ..kernels import TreePlan, plan_tree_attention, tree_attention
+from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
 from .decode_run import DecodeRun
 from .graphs import Capacity, DecodeArena
 from .kv_tree import KVTree, Segment
@@ -101,6 +101,7 @@ class Engine:
         self.runtime = runtime or RuntimeConfig()
         self.stats = EngineStats()
         self.arena: DecodeArena | None = None
+        self.decode_work_config = WorkConfig()  # how decode runs size their attention work
 
     @property
     def fast_decode(self) -> bool:
