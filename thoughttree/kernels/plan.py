@@ -125,6 +125,12 @@ def _flatten_slots(node_slots: Sequence[IntArrayLike], n: int) -> tuple[np.ndarr
     """([N] lengths, [S] slots) from one slot list, array or tensor per node."""
     if len(node_slots) != n:
         raise ValueError(f"parents has {n} nodes but node_slots has {len(node_slots)}; give one slot list per node")
+    if n and all(isinstance(s, np.ndarray) and s.ndim == 1 for s in node_slots):
+        # The fast path (the runtime's segments hold arrays): one concatenation, one dtype check.
+        flat = np.concatenate(node_slots)
+        if flat.size and not np.issubdtype(flat.dtype, np.integer):
+            raise ValueError(f"node_slots must hold integers, got dtype {flat.dtype}")
+        return np.fromiter(map(len, node_slots), dtype=np.int64, count=n), flat.astype(np.int64, copy=False)
     if all(isinstance(s, (list, tuple, range)) for s in node_slots):
         lengths = np.fromiter(map(len, node_slots), dtype=np.int64, count=n)
         flat = np.fromiter(itertools.chain.from_iterable(node_slots), dtype=np.int64, count=int(lengths.sum()))
