@@ -121,3 +121,8 @@ def test_stops(lm: LM) -> None:
 def test_invalid_sampling_values(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Sampling(**kwargs)
+
+
+def test_batch_decode_equals_decode(lm) -> None:
+    lists = [[5, 6, 7], [1, 2, 40, 41], [], [100, 3]]
+    assert lm.decode_batch(lists) == [lm.decode(t) for t in lists]

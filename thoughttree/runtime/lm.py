@@ -137,7 +137,15 @@ class LM:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
     def decode_batch(self, token_lists: Sequence[Sequence[int]]) -> list[str]:
-        return self.tokenizer.batch_decode([list(t) for t in token_lists], skip_special_tokens=True)
+        """:meth:`decode` of many token lists; straight through the Rust tokenizer when there is one."""
+        lists = [list(t) for t in token_lists]
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return self.tokenizer.batch_decode(lists, skip_special_tokens=True)
+        texts = backend.decode_batch(lists, skip_special_tokens=True)
+        if getattr(self.tokenizer, "clean_up_tokenization_spaces", False):
+            texts = [self.tokenizer.clean_up_tokenization(t) for t in texts]
+        return texts
 
     def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
         tokens = [int(t) for t in tokens]
