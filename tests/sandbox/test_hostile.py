@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -140,6 +141,22 @@ def test_no_secrets_visible_through_proc_or_files(monkeypatch):
     assert secret not in result.stdout and "THOUGHTTREE_TEST_SECRET" not in result.stdout
     assert "no_secrets_visible" not in result.stdout
     assert "PermissionError" in result.stdout or "FileNotFoundError" in result.stdout
+
+
+def test_only_the_interpreter_and_libraries_are_visible():
+    here = str(Path(__file__).parent)
+    program = (
+        "import json, os, shutil, sys\n"
+        "print(json.dumps({'top': os.listdir('/'), 'shell': shutil.which('sh'), 'etc': os.path.exists('/etc'),\n"
+        f"    'tests': os.path.exists({here!r}), 'next to python': os.listdir(os.path.dirname(sys.executable)),\n"
+        "    'python': sys.executable}))\n"
+    )
+    [result] = run_tests(program, [("", None)], limits=SHORT)
+    seen = json.loads(result.stdout)
+    assert seen["shell"] is None and not seen["etc"] and not seen["tests"]
+    assert {"sandbox", "tmp", "dev", "proc"} <= set(seen["top"])
+    if seen["python"].startswith("/usr/"):
+        assert seen["next to python"] == [os.path.basename(seen["python"])]
 
 
 def test_runs_as_an_unprivileged_user_without_capabilities():
