@@ -133,3 +133,8 @@ def test_bubblewrap_that_cannot_build_namespaces_is_refused():
             run_tests(DOUBLE, [("1\n", "2\n")], bwrap=str(fake))
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_program_too_deep_to_compile_is_a_syntax_error():
+    program = "x = " + "-" * 200_000 + "1\n"
+    assert statuses(run_tests(program, [("", None)], limits=QUICK)) == ["syntax_error"]

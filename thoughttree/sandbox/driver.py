@@ -196,7 +196,7 @@ def main() -> None:
         source = handle.read()
     try:
         compile(source, program, "exec")
-    except (SyntaxError, ValueError) as err:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # Python would not run it either
         emit({"syntax_error": "".join(traceback.format_exception_only(type(err), err)).strip()})
         return
     runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "call.py")

@@ -165,6 +165,7 @@ def run_tests(
             return [TestResult("syntax_error", stderr=excerpt(record["syntax_error"], tail=True)) for _ in pairs]
     done = {record["i"]: record for record in records if "i" in record}
     why = "ran out of time" if timed_out else "ended early (the program stopped its driver)"
+    why += f"\n{errors.strip()[-500:]}" if errors.strip() else ""
     missing = TestResult("timeout" if timed_out else "runtime_error", stderr=f"not run: the sandbox {why}")
     return [
         _verdict(done[index], expected, fn_name) if index in done else missing
