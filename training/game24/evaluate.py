@@ -116,15 +116,17 @@ def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> d
     brier = sum((q - t) ** 2 for q, t in zip(p, truth)) / max(1, len(p))
     ece = 0.0
     for b in range(bins):
-        inside = [(q, t) for q, t in zip(p, truth) if b / bins <= q < (b + 1) / bins or (b == bins - 1 and q == 1.0)]
+        inside = [(q, t) for q, t in zip(p, truth) if min(int(q * bins), bins - 1) == b]
         if inside:
-            ece += len(inside) / len(p) * abs(sum(q for q, _ in inside) / len(inside) - sum(t for _, t in inside) / len(inside))
+            gap = sum(q for q, _ in inside) / len(inside) - sum(t for _, t in inside) / len(inside)
+            ece += len(inside) / len(p) * abs(gap)
     return {"n": len(p), "brier": round(brier, 4), "ece": round(ece, 4),
             "mean_p": round(sum(p) / max(1, len(p)), 4), "positive_rate": _share(list(truth))}
 
 
 def eval_calibration(gen: Generator, states: dict[str, list[State]]) -> dict:
-    return {name: calibration(gen.label_probabilities([value_prompt(s) for s in group]), [is_solvable(s) for s in group])
+    return {name: calibration(gen.label_probabilities([value_prompt(s) for s in group]),
+                              [is_solvable(s) for s in group])
             for name, group in states.items() if group}
 
 

@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(args.out)
     save_tokenizer(tokenizer, args.out)
-    summary = {"split": SPLIT_DESCRIPTION, "data_sha256": sha, "seed": args.seed, "steps": steps, "batch_size": args.batch_size, "lr": args.lr,
+    summary = {"split": SPLIT_DESCRIPTION, "data_sha256": sha, "seed": args.seed, "steps": steps,
+               "batch_size": args.batch_size, "lr": args.lr,
                "warmup": args.warmup, "weight_decay": args.weight_decay, "parameters": params,
                "examples": dict(counts), "epochs": epoch, "train_seconds": round(train_seconds, 1),
                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -2,7 +2,8 @@
 
 A node below the root is one step line ``a op b = c (left: ...)``; its state is the numbers
 left. Children come from a propose prompt of the node's state (invalid steps rejected, and
-steps that leave the same numbers as an earlier sibling dropped as duplicates); states are scored by a value prompt (sure / likely / impossible, as in Tree of
+steps that leave the same numbers as an earlier sibling dropped as duplicates); states are
+scored by a value prompt (sure / likely / impossible, as in Tree of
 Thoughts); a node with one number left is terminal, and its path composes into an answer
 expression that the exact checker verifies.
 
