@@ -6,7 +6,7 @@
 #
 # OUTDIR gets: train.log, train_summary.json (with the data's SHA-256), eval.json, eval.log,
 # data_sha256.txt and model.tar (the model directory, to unpack into thoughttree/models/).
-# STEPS=N fixes the step count instead of the time budget (TRAIN_SECONDS, default 200).
+# STEPS=N fixes the step count instead of the time budget (TRAIN_SECONDS, default 170).
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 || ( $# -eq 2 && "$2" != "--smoke" ) ]]; then
@@ -29,7 +29,7 @@ elif [[ -n "${STEPS:-}" ]]; then
     train_args=(--steps "$STEPS")
     eval_args=()
 else
-    train_args=(--time-budget-s "${TRAIN_SECONDS:-200}" --warmup 200)
+    train_args=(--time-budget-s "${TRAIN_SECONDS:-170}" --warmup 200)
     eval_args=()
 fi
 

@@ -13,7 +13,8 @@ are everything reachable from them by canonical steps that avoid held-out states
   four- and three-number states; two-number states from which 24 is reachable (exact
   arithmetic, 0.5% of them) get ``value_positive_extra`` more copies so they are learned;
 - io / cot: solvable roots only, each with several solutions drawn from its solution paths
-  that avoid held-out states.
+  that avoid held-out states (an answer expression whose written grouping passes through a
+  held-out state is drawn again).
 
 Every example is checked with :func:`.split.leaked_states` before it is kept.
 """
@@ -123,21 +124,28 @@ def _solutions(config: DataConfig, roots: Sequence[State], excluded: frozenset[S
         paths = [p for p in solution_paths(root) if is_clean_path([root, *(s.left for s in p)], excluded)]
         if not paths:
             continue
-        for _ in range(config.solutions_per_puzzle):
+        drawn = 0
+        for _ in range(4 * config.solutions_per_puzzle):  # answers written through a held-out state are redrawn
+            if drawn == config.solutions_per_puzzle:
+                break
             path = paths[rng.randrange(len(paths))]
             expression = compose_expression(root, path)
+            cot = Example("cot", cot_prompt(root), cot_completion(path, expression))
+            if leaked_states(cot.prompt, cot.completion, excluded):
+                continue
+            drawn += 1
             if "io" in config.kinds:
                 examples.append(Example("io", io_prompt(root), io_completion(expression)))
             if "cot" in config.kinds:
-                examples.append(Example("cot", cot_prompt(root), cot_completion(path, expression)))
+                examples.append(cot)
     return examples
 
 
 def generate_examples(config: DataConfig = DataConfig()) -> list[Example]:
     """All examples for ``config``, shuffled; the same config gives the same list.
 
-    Examples that would show a held-out state (an answer expression whose written grouping
-    passes through one although its step path does not) are dropped.
+    Every example is checked against the held-out states; one that shows any is dropped
+    (by construction there are none).
     """
     rng = random.Random(config.seed)
     excluded = held_out_states(config.held_out)
