@@ -43,9 +43,11 @@ def test_roots_are_all_other_multisets() -> None:
 def test_kinds_and_balance(examples: list[Example]) -> None:
     counts = Counter(e.kind for e in examples)
     assert set(counts) == {"propose", "value", "io", "cot"}
-    # 1,040 roots have a solution path that avoids held-out states; a few have too few clean answers
-    assert counts["io"] == counts["cot"]
-    assert 0.95 * 1040 * DataConfig().solutions_per_puzzle < counts["cot"] <= 1040 * DataConfig().solutions_per_puzzle
+    # 1,040 roots have a solution path that avoids held-out states; 881 of them also have an
+    # answer expression whose written grouping avoids them
+    per_root = Counter(e.prompt for e in examples if e.kind == "cot")
+    assert counts["io"] == counts["cot"] and len(per_root) == 881
+    assert max(per_root.values()) == DataConfig().solutions_per_puzzle
     # value labels of three-number states come at their true frequency (calibration)
     three = [e for e in examples if e.kind == "value" and len(_state_of(e)) == 3]
     states = training_states()[3]
