@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from thoughttree.tasks.game24 import (
-    NUM_PUZZLES, check_answer, held_out_puzzles, is_solvable, load_puzzles, make_state, parse_cot, parse_io,
+    check_answer, held_out_puzzles, is_solvable, load_puzzles, make_state, parse_cot, parse_io,
     parse_propose, parse_value, path_answer, value_label,
 )
 from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots, training_states
@@ -81,6 +81,8 @@ def test_generation_is_seeded() -> None:
     first = generate_examples(DataConfig(**small))
     assert first == generate_examples(DataConfig(**small))
     assert first != generate_examples(DataConfig(**small, seed=1))
-    assert len(first) == 2 * (NUM_PUZZLES - 1200)
+    per_root = Counter(e.prompt for e in first)
+    assert len(per_root) > 50 and max(per_root.values()) == 2
+    assert not {make_state(p) for p in load_puzzles()[:1200]} & {_state_of(e) for e in first}
     with pytest.raises(ValueError, match="unknown example kinds"):
         DataConfig(kinds=("chat",))
