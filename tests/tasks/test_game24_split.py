@@ -61,7 +61,10 @@ def test_example_states_finds_states_in_prompts_and_completions(forbidden: froze
     # an answer expression shows the state after each innermost operation as written
     assert make_state([9, 6, 10]) in example_states("io: 1 1 1 1\n", "(4 + 5) * 6 - 10 = 24\n")
     assert make_state([5, 6, 6]) in example_states("io: 1 1 1 1\n", io_completion("5 * (10 - 4) - 6"))
-    assert leaked_states("io: 1 2 3 4\n", io_completion("1 * 2 * 3 * 4"), forbidden) == []
+    states = example_states("io: 1 2 3 4\n", io_completion("1 * 2 * 3 * 4"))
+    assert states == [make_state([1, 2, 3, 4]), make_state([2, 3, 4])]
+    assert leaked_states("io: 1 2 3 4\n", io_completion("1 * 2 * 3 * 4"), forbidden) == [
+        s for s in states if s in forbidden]
     assert example_states("value: 3 8\n", "sure\n") == []
 
 
