@@ -144,26 +144,28 @@ class RoundRunner:
             return False
         if getattr(self.task.config, "dedupe", True):
             siblings = [c for c in parent.children if c.alive] + new
-            return all(c.text != text for c in siblings)
+            key = self.task.dedupe_key(self.problem, parent, text)
+            return all(self.task.dedupe_key(self.problem, parent, c.text) != key for c in siblings)
         return True
 
     def _check_children(self, parent: Node, kids: list[Node]) -> list[Node]:
         """Prune rejected and duplicate children; mark finished ones; returns the survivors."""
         dedupe = getattr(self.task.config, "dedupe", True)
-        seen = {c.text for c in parent.children if c.alive and all(c is not k for k in kids)}
+        key = self.task.dedupe_key
+        seen = {key(self.problem, parent, c.text) for c in parent.children if c.alive and all(c is not k for k in kids)}
         keep = []
         for kid in kids:
             if not kid.metadata.get("proposed"):
                 reason = None
                 if not self.task.accept(self.problem, parent, kid.text):
                     reason = "invalid"
-                elif dedupe and kid.text in seen:
+                elif dedupe and key(self.problem, parent, kid.text) in seen:
                     reason = "duplicate"
                 if reason is not None:
                     kid.metadata["rejected"] = reason
                     self.tree.prune(kid)
                     continue
-                seen.add(kid.text)
+                seen.add(key(self.problem, parent, kid.text))
             keep.append(kid)
             if self.task.is_terminal(self.problem, kid):
                 self._finish(kid)

@@ -1,4 +1,5 @@
-"""The bundled model's training data: held-out puzzles stay out, every target is right."""
+"""The bundled model's training data: held-out puzzles stay out, every target is right (the
+stricter split property is in test_game24_split.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from collections import Counter
 import pytest
 
 from thoughttree.tasks.game24 import (
-    NUM_PUZZLES, check_answer, held_out_puzzles, load_puzzles, make_state, parse_cot, parse_io, parse_propose,
-    parse_value, path_answer, value_label,
+    check_answer, held_out_puzzles, is_solvable, load_puzzles, make_state, parse_cot, parse_io,
+    parse_propose, parse_value, path_answer, value_label,
 )
-from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots
+from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots, training_states
 
 
 def _state_of(example: Example) -> tuple:
@@ -19,8 +20,8 @@ def _state_of(example: Example) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def examples() -> list[Example]:
-    return generate_examples(DataConfig())
+def examples(game24_examples: list[Example]) -> list[Example]:
+    return game24_examples
 
 
 def test_held_out_starting_states_never_appear(examples: list[Example]) -> None:
@@ -42,10 +43,18 @@ def test_roots_are_all_other_multisets() -> None:
 def test_kinds_and_balance(examples: list[Example]) -> None:
     counts = Counter(e.kind for e in examples)
     assert set(counts) == {"propose", "value", "io", "cot"}
-    assert counts["io"] == counts["cot"] == 1262 * DataConfig().solutions_per_puzzle
+    # 1,040 roots have a solution path that avoids held-out states; 881 of them also have an
+    # answer expression whose written grouping avoids them
+    per_root = Counter(e.prompt for e in examples if e.kind == "cot")
+    assert counts["io"] == counts["cot"] and len(per_root) == 881
+    assert max(per_root.values()) == DataConfig().solutions_per_puzzle
+    # value labels of three-number states come at their true frequency (calibration)
+    three = [e for e in examples if e.kind == "value" and len(_state_of(e)) == 3]
+    states = training_states()[3]
+    assert len(three) == 2 * len(states)
+    likely = sum(e.completion == "likely\n" for e in three) / len(three)
+    assert likely == pytest.approx(sum(is_solvable(s) for s in states) / len(states))
     labels = Counter(e.completion for e in examples if e.kind == "value")
-    # positives are rare among states; repetition keeps them a sizeable share
-    assert labels["impossible\n"] / sum(labels.values()) < 0.8
     assert labels["sure\n"] > 1000 and labels["likely\n"] > 1000
 
 
@@ -72,6 +81,8 @@ def test_generation_is_seeded() -> None:
     first = generate_examples(DataConfig(**small))
     assert first == generate_examples(DataConfig(**small))
     assert first != generate_examples(DataConfig(**small, seed=1))
-    assert len(first) == 2 * (NUM_PUZZLES - 1200)
+    per_root = Counter(e.prompt for e in first)
+    assert len(per_root) > 50 and max(per_root.values()) == 2
+    assert not {make_state(p) for p in load_puzzles()[:1200]} & {_state_of(e) for e in first}
     with pytest.raises(ValueError, match="unknown example kinds"):
         DataConfig(kinds=("chat",))

@@ -106,6 +106,10 @@ def add_game24(sub: Subparsers) -> None:
     ):
         shown = f" (default {default})" if default is not None else ""
         p.add_argument(f"--{name}", type=at_least(1), default=default, help=text + shown)
+    p.add_argument("--rule", choices=("uct", "puct"), default="uct",
+                   help="MCTS selection: uct, or puct with the model's proposal probabilities as priors")
+    p.add_argument("--max-tokens-per-problem", type=at_least(1), default=None,
+                   help="stop each search before its next round once it has generated this many tokens")
     p.set_defaults(run=run_game24_command)
 
 
@@ -114,7 +118,8 @@ def run_game24_command(args: argparse.Namespace) -> int:
         run = Game24Run(
             method=args.method, start=args.start, end=args.end, seed=args.seed, breadth=args.breadth,
             samples=args.samples, evaluations=args.evaluations, k=args.k, width=args.width,
-            iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value,
+            iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value, rule=args.rule,
+            max_tokens_per_problem=args.max_tokens_per_problem,
             prompts=args.prompts or ("compact" if args.model == "bundled" else "few_shot"),
         )
     except ValueError as exc:

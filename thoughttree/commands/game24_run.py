@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..data_parallel import Layout, run_problem_set
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
-from ..search import SearchError, search
+from ..search import Budget, SearchError, search
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
@@ -41,6 +41,8 @@ class Game24Run:
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
     iterations: int = 32  # MCTS iterations
+    rule: str = "uct"  # MCTS selection: "uct", or "puct" with the proposals' probabilities as priors
+    max_tokens_per_problem: int | None = None  # stop a search once it has generated this many tokens
     value: str | None = None  # "probs" (compact default) or "samples" (few-shot default)
     prompts: str = "compact"  # "compact" for the bundled model, "few_shot" for instruction-tuned models
     puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
@@ -68,6 +70,14 @@ class Game24Run:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if len(set(self.puzzles)) != len(self.puzzles):
             raise ValueError("a --puzzle is given twice; give each puzzle once")
+        if self.rule not in ("uct", "puct"):
+            raise ValueError(f"--rule must be 'uct' or 'puct', got {self.rule!r}")
+        if self.max_tokens_per_problem is not None and self.max_tokens_per_problem < 1:
+            raise ValueError(f"--max-tokens-per-problem must be >= 1, got {self.max_tokens_per_problem}")
+
+    def budget(self) -> Budget:
+        """The per-puzzle search budget."""
+        return Budget(max_generated_tokens=self.max_tokens_per_problem)
 
     def problems(self) -> list[tuple[int | None, str]]:
         """(dataset index or None, puzzle text) for every puzzle of the run."""
@@ -89,7 +99,8 @@ class Game24Run:
             return task, DFS(samples=self.samples, depth=3, threshold=0.5, evaluations=self.evaluations)
         if m == "beam":
             return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3, evaluations=self.evaluations)
-        return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations)
+        return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations,
+                          rule=self.rule)
 
 
 class _LogProbCot(Game24Direct):
@@ -124,7 +135,7 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
         task, strategy = run.task_and_strategy()
         seed = derive_seed(run.seed, text if index is None else index)
         try:
-            result = search(task, strategy, lm, problem=text, seed=seed, live=live)
+            result = search(task, strategy, lm, problem=text, seed=seed, live=live, budget=run.budget())
             entry = result.to_entry()
         except SearchError as exc:  # keep what was searched; the runner counts the failure
             result = exc.partial_result
@@ -133,9 +144,11 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
         entry["index"] = index
         entry["result"]["correct"] = _correct(text, result.answer)
         if run.method in ("io", "cot", "bon"):
-            samples = result.tree.root.children
-            good = sum(_correct(text, task.answer(text, n)) for n in samples)
-            entry["result"]["sample_accuracy"] = good / max(1, len(samples))
+            samples = [{"correct": _correct(text, task.answer(text, n)),
+                        "logprob": n.logprob / max(1, len(n.tokens)), "tokens": len(n.tokens)}
+                       for n in result.tree.root.children]
+            entry["result"]["samples"] = samples
+            entry["result"]["sample_accuracy"] = sum(s["correct"] for s in samples) / max(1, len(samples))
         result.tree.release_kv()
         return entry
 

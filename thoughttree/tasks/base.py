@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
 from ..config import Sampling
 
@@ -53,8 +53,9 @@ class TaskError(ValueError):
 class TaskConfig:
     """Settings every task has; subclass it (frozen) to add a task's own.
 
-    ``sampling`` is the default for asking children; ``dedupe`` drops a child whose text equals
-    an earlier sibling's (it is kept in the tree, pruned, with ``metadata["rejected"]``).
+    ``sampling`` is the default for asking children; ``dedupe`` drops a child whose
+    :meth:`Task.dedupe_key` (by default its text) equals an earlier sibling's (it is kept in the
+    tree, pruned, with ``metadata["rejected"]``).
     """
 
     sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=64, temperature=0.7))
@@ -103,6 +104,10 @@ class Task(ABC):
     def accept(self, problem: Any, parent: Node, text: str) -> bool:
         """Whether a child text is a valid thought under ``parent`` (rejected ones are pruned)."""
         return True
+
+    def dedupe_key(self, problem: Any, parent: Node, text: str) -> Hashable:
+        """What makes two accepted sibling texts duplicates under ``config.dedupe``; by default the text."""
+        return text
 
     def is_terminal(self, problem: Any, node: Node) -> bool:
         """Whether ``node`` finishes a solution attempt (it is then never expanded)."""

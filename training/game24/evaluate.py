@@ -2,13 +2,15 @@
 
     PYTHONPATH=. python training/game24/evaluate.py --model thoughttree/models/game24 --out eval.json
 
-Everything is measured on the test puzzles (indices 900-999), whose starting states are not in
-the training data, and on the states reachable from them:
+Everything is measured on the test puzzles (indices 900-999) and the states reachable from
+them; none of their four- or three-number states is in the training data (see
+``thoughttree.tasks.game24.split``):
 
 - propose: share of greedy and sampled (T=1) completions that are valid steps, and share of
   those that keep 24 reachable;
 - value: greedy label against the solver's label, per number count, also on states that never
-  occur in training;
+  occur in training; and the calibration of P(24 reachable) = p(sure) + p(likely) from the
+  label probabilities (Brier score, expected calibration error over 10 bins);
 - io / cot: greedy success, and the mean and any-of-k success of k samples (T=1);
 - bfs: a plain Tree-of-Thoughts breadth-first search (k proposals per node, value = expected
   label score from the label probabilities, keep the best ``breadth``) as a sanity check.
@@ -27,7 +29,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from thoughttree.tasks.game24.arith import check_answer
-from thoughttree.tasks.game24.dataset import reachable_states, training_roots
+from thoughttree.tasks.game24.dataset import reachable_states, training_states
 from thoughttree.tasks.game24.formats import (
     VALUE_LABELS, VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose,
     parse_value, path_answer, propose_prompt, value_label, value_prompt,
@@ -108,6 +110,26 @@ def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State])
     return result
 
 
+def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> dict:
+    """Brier score and expected calibration error of P(solvable) = p(sure) + p(likely)."""
+    p = (probs[:, :2].sum(-1) / probs.sum(-1).clamp(min=1e-9)).tolist()
+    brier = sum((q - t) ** 2 for q, t in zip(p, truth)) / max(1, len(p))
+    ece = 0.0
+    for b in range(bins):
+        inside = [(q, t) for q, t in zip(p, truth) if min(int(q * bins), bins - 1) == b]
+        if inside:
+            gap = sum(q for q, _ in inside) / len(inside) - sum(t for _, t in inside) / len(inside)
+            ece += len(inside) / len(p) * abs(gap)
+    return {"n": len(p), "brier": round(brier, 4), "ece": round(ece, 4),
+            "mean_p": round(sum(p) / max(1, len(p)), 4), "positive_rate": _share(list(truth))}
+
+
+def eval_calibration(gen: Generator, states: dict[str, list[State]]) -> dict:
+    return {name: calibration(gen.label_probabilities([value_prompt(s) for s in group]),
+                              [is_solvable(s) for s in group])
+            for name, group in states.items() if group}
+
+
 def eval_answers(gen: Generator, puzzles: list[tuple[int, ...]], samples: int) -> dict:
     result = {}
     for kind, prompt_of, max_new in (("io", io_prompt, 40), ("cot", cot_prompt, 140)):
@@ -175,7 +197,7 @@ def main() -> None:
     gen = Generator(args.model, args.device, args.batch_size, getattr(torch, args.dtype))
     puzzles = held_out_puzzles()[:args.limit]
     test_states = reachable_states([make_state(p) for p in puzzles])
-    seen = {s for group in reachable_states(training_roots()).values() for s in group}
+    seen = {s for group in training_states().values() for s in group}
 
     def pick(group: list[State], n: int) -> list[State]:
         return rng.sample(group, min(n, len(group), args.limit or n))
@@ -191,6 +213,7 @@ def main() -> None:
               "held_out": "puzzles 900-999 and the states reachable from them",
               "propose": eval_propose(gen, propose_sets, samples=5),
               "value": eval_value(gen, value_sets, seen),
+              "value_calibration": eval_calibration(gen, value_sets),
               "answers": eval_answers(gen, puzzles, args.samples),
               "bfs": eval_bfs(gen, puzzles, breadth=5, proposals=5),
               "bfs_10_proposals": eval_bfs(gen, puzzles, breadth=5, proposals=10)}

@@ -1,8 +1,9 @@
 """Game of 24 as a search task: propose steps, value states, check answers exactly.
 
 A node below the root is one step line ``a op b = c (left: ...)``; its state is the numbers
-left. Children come from a propose prompt of the node's state (invalid steps and duplicates
-rejected); states are scored by a value prompt (sure / likely / impossible, as in Tree of
+left. Children come from a propose prompt of the node's state (invalid steps rejected, and
+steps that leave the same numbers as an earlier sibling dropped as duplicates); states are
+scored by a value prompt (sure / likely / impossible, as in Tree of
 Thoughts); a node with one number left is terminal, and its path composes into an answer
 expression that the exact checker verifies.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
+from typing import Hashable, Sequence
 
 from ...config import Sampling
 from ...tree import Node
@@ -108,6 +109,13 @@ class Game24(Task):
 
     def accept(self, problem: str | Sequence[int], parent: Node, text: str) -> bool:
         return parse_propose(text, node_state(as_puzzle(problem), parent)).valid
+
+    def dedupe_key(self, problem: str | Sequence[int], parent: Node, text: str) -> Hashable:
+        """Steps that leave the same numbers (``4 + 5`` and ``5 + 4``) are one child: same future."""
+        try:
+            return parse_step(text.strip()).left
+        except ValueError:
+            return text
 
     def evaluator(self) -> Evaluator:
         compact = self.config.prompts == "compact"

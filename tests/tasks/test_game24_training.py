@@ -1,0 +1,41 @@
+"""The training script and the GPU entry script, on a few examples on CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+from thoughttree.tasks.game24.dataset import DataConfig, generate_examples
+
+TRAINING = Path(__file__).resolve().parents[2] / "training" / "game24"
+
+
+def _train_module():
+    spec = importlib.util.spec_from_file_location("game24_train", TRAINING / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_writes_model_summary_and_data_hash(tmp_path, monkeypatch) -> None:
+    train = _train_module()
+    # io examples of the last 162 puzzles only: the same generator, small enough for a test
+    small = generate_examples(DataConfig(kinds=("io",), solutions_per_puzzle=1, held_out=tuple(range(1200))))
+    monkeypatch.setattr(train, "generate_examples", lambda config: small)
+    out = tmp_path / "model"
+    train.main(["--out", str(out), "--steps", "2", "--batch-size", "4", "--warmup", "1", "--device", "cpu",
+                "--summary", str(tmp_path / "summary.json")])
+    recorded = json.loads((out / "training.json").read_text())
+    assert recorded["data_sha256"] == train.data_sha256(small) != train.data_sha256(small[:-1])
+    assert recorded["split"].startswith("strict") and recorded["steps"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["data_sha256"] == recorded["data_sha256"]
+    assert (out / "model.safetensors").stat().st_size < 20 * 2**20
+
+
+def test_gpu_run_script_rejects_bad_arguments() -> None:
+    for args in ([], ["a", "b"], ["a", "--smoke", "c"]):
+        done = subprocess.run(["bash", str(TRAINING / "gpu_run.sh"), *args], capture_output=True, text=True)
+        assert done.returncode == 2 and "usage:" in done.stderr
