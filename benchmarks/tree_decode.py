@@ -9,6 +9,7 @@ initialised Llama-family model of a chosen shape (weights do not change the work
 - transformers ``generate`` on the prompt repeated ``branches`` times (batched, its own KV cache).
 
     python benchmarks/tree_decode.py [--layers 16 --hidden 2048 --heads 32 --kv-heads 8]
+    torchrun --nproc-per-node 2 benchmarks/tree_decode.py --tensor-parallel 2 [shape options]
 
 Prints a table: prefill and decode seconds, decode tokens/s, and speed-ups against transformers.
 """
@@ -87,7 +88,14 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="split the model over N GPUs (run under torchrun --nproc-per-node N); "
+                        "reports step time against one GPU and the floor (see tree_decode_tp.py)")
     args = p.parse_args()
+    if args.tensor_parallel > 1:
+        from tree_decode_tp import run
+
+        return run(args, WORKLOADS, build_model)
     console = Console(width=160)
     dev = torch.cuda.get_device_name()
     console.print(f"device: {dev}, torch {torch.__version__}, transformers {transformers.__version__}")
