@@ -27,7 +27,7 @@ VARIANTS = {
 def results(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
     root = tmp_path_factory.mktemp("tp")
     dirs = [make_model(root / arch, arch, **VARIANTS[arch]) for arch in ARCHS]
-    outs = run([str(Path(__file__).with_name("tp_workload.py")), str(root), *map(str, dirs)], world=2)
+    outs = run([str(Path(__file__).with_name("tp_workload.py")), str(root), "cpu", "float32", *map(str, dirs)], world=2)
     for status, text in outs:
         assert status == 0, text[-3000:]
     single = {d.name: workload(LM.from_pretrained(d, device="cpu", runtime=RUNTIME)) for d in dirs}

@@ -1,6 +1,6 @@
 """One fixed piece of work on an LM, run by every tensor-parallel rank and by a single process.
 
-    python tests/parallel/tp_workload.py OUT_DIR MODEL_DIR...   (under a launch of 2 ranks)
+    python tests/parallel/tp_workload.py OUT_DIR DEVICE DTYPE MODEL_DIR...   (under a launch of 2 ranks)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 
-RUNTIME = RuntimeConfig(page_size=4, num_pages=512, collective_timeout_s=60)
+RUNTIME = RuntimeConfig(page_size=4, num_pages=1024, collective_timeout_s=60)
 
 
 def sequences(vocab: int) -> list[list[int]]:
@@ -48,16 +48,17 @@ def workload(lm: LM) -> dict[str, Any]:
     }
 
 
-def main(out: Path, models: list[str]) -> None:
+def main(out: Path, device: str, dtype: str, models: list[str]) -> None:
     import torch.distributed as dist
 
     for model in models:
-        lm = LM.from_pretrained(model, device="cpu", runtime=RUNTIME, tensor_parallel=2)
+        lm = LM.from_pretrained(model, device=device, dtype=dtype, runtime=RUNTIME, tensor_parallel=2)
         result = workload(lm)
         result["kv_heads_per_rank"] = lm.kv.pool.k.shape[3]
+        result["attention"] = lm.engine.attention
         torch.save(result, out / f"{Path(model).name}-rank{dist.get_rank()}.pt")
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:])
+    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:])
