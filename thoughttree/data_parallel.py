@@ -108,11 +108,10 @@ def run_problem_set(
     base = options.output if options.output is not None else options.resume
     scratch = Path(tempfile.mkdtemp(prefix="thoughttree-part-"))
     try:
-        if layout.leader and base is not None:
-            output = part_path(base, layout.group, layout.groups)
-            resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
-        else:  # other members of a tensor-parallel group only keep a scratch copy
-            output, resume = scratch / "part.json", None
+        # Other members of a tensor-parallel group keep a scratch copy, but resume from the
+        # leader's part (on the same host) so that the whole group skips the same problems.
+        output = part_path(base, layout.group, layout.groups) if layout.leader and base else scratch / "part.json"
+        resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
         mine = RunOptions(
             output=output, resume=resume if resume is not None and resume.is_file() else None,
             label=f"{options.label} (part {layout.group + 1} of {layout.groups})",
