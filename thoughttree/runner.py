@@ -19,6 +19,7 @@ A record is a run file's problem entry: ``{"id", "problem", "tree", "result": {"
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -154,10 +155,11 @@ def merge_runs(parts: Sequence[RunFile], problems: Sequence[Problem], totals: To
 def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -> tuple[dict[str, Record], float]:
     """The finished records of a stopped run (by id) and its wall time so far; checks it is this run."""
     run = load_run(path)
-    for key in sorted(set(meta) | set(run.meta)):
-        if run.meta.get(key) != meta.get(key):
-            raise RunError(f"--resume {path} was written with meta.{key}={run.meta.get(key)!r}, this run has "
-                           f"{meta.get(key)!r}; resume with the options of the stopped run")
+    difference = _first_difference(run.meta, json.loads(json.dumps(meta)), "meta")
+    if difference is not None:
+        key, theirs, ours = difference
+        raise RunError(f"--resume {path} was written with {key}={theirs!r}, this run has {ours!r}; "
+                       "resume with the options of the stopped run")
     ids = {p.id for p in problems}
     done: dict[str, Record] = {}
     for i, record in enumerate(run.problems):
@@ -166,6 +168,17 @@ def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -
         if not is_partial(record):
             done[str(record["id"])] = record
     return done, float(run.totals.get("wall_time", 0.0))
+
+
+def _first_difference(a: Any, b: Any, where: str) -> tuple[str, Any, Any] | None:
+    """The dotted path of the first place where ``a`` and ``b`` differ, with both values there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (where, a, b)
 
 
 class Interrupts:
