@@ -49,7 +49,7 @@ def test_data_parallel_run_equals_single_process(tmp_path) -> None:
 def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
     output = tmp_path / "run.json"
     worker = str(Path(__file__).with_name("dying_rank.py"))
-    procs = start([worker, "exit", *GAME24, "--end", "902", "--output", str(output), "--data-parallel"], world=2)
+    procs = start([worker, *GAME24, "--end", "902", "--output", str(output), "--data-parallel"], world=2)
     (status0, text0), (status1, _) = finish(procs, timeout=200)  # the last --end wins: rank 0 runs 900 only
     assert status1 == 9 and status0 == 1, text0[-2000:]
     assert "data-parallel merge failed on rank 0 of 2: a rank died" in text0
