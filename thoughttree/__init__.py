@@ -16,12 +16,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .config import RuntimeConfig, Sampling
+from .search import Budget, SearchError, search  # eager: the function, not the module, is thoughttree.search
 from .tree import Node, Status, ThoughtTree
 
 if TYPE_CHECKING:
     from . import strategies, tasks
     from .runtime import LM
-    from .search import Budget, SearchError, search
     from .search_result import SearchResult, Statistics
     from .tree.render import best_path, show
 
@@ -30,9 +30,6 @@ __version__ = "0.1.0"
 _MODULES = {"strategies": ".strategies", "tasks": ".tasks"}
 _ATTRIBUTES = {
     "LM": ".runtime",
-    "Budget": ".search",
-    "SearchError": ".search",
-    "search": ".search",
     "SearchResult": ".search_result",
     "Statistics": ".search_result",
     "best_path": ".tree.render",
