@@ -10,6 +10,7 @@ initialised Llama-family model of a chosen shape (weights do not change the work
 - transformers ``generate`` on the prompt repeated ``branches`` times (batched, its own KV cache).
 
     python benchmarks/tree_decode.py [--shape llama3-8b | --layers 16 --hidden 2048 ...]
+    torchrun --nproc-per-node 2 benchmarks/tree_decode.py --tensor-parallel 2 --shape llama3-8b
 
 Prints a table per workload: prefill and decode seconds, ms per step, the floor per step
 (weights plus each unique KV token read once, at the copy bandwidth measured in the same run),
@@ -132,10 +133,17 @@ def main() -> None:
         p.add_argument(f"--{name}", type=int, help="override one dimension of --shape")
     p.add_argument("--workloads", default="", help="prompt:branches:tokens,... (default: the six standard rows)")
     p.add_argument("--no-transformers", action="store_true", help="skip transformers generate")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="split the model over N GPUs (run under torchrun --nproc-per-node N); "
+                        "reports step time against one GPU and the floor (see tree_decode_tp.py)")
     args = p.parse_args()
     for key, value in SHAPES[args.shape].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.tensor_parallel > 1:
+        from tree_decode_tp import run
+
+        return run(args, WORKLOADS, build_model)
     workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
     console = Console(width=200)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")

@@ -18,7 +18,7 @@ from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
 from .runner import RunError
-from .runtime.parallel import RankFailure
+from .ranks import RankFailure
 from .tree.serialize import RunFileError
 
 if TYPE_CHECKING:

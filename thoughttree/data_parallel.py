@@ -38,12 +38,17 @@ MERGE_TIMEOUT = timedelta(days=7)
 
 @dataclass(frozen=True)
 class Layout:
-    """This rank's place in a data-parallel launch; ``coordinator`` is the Gloo group for the merge."""
+    """This rank's place in a data-parallel launch; ``coordinator`` is the Gloo group for the merge.
+
+    ``device`` is this rank's own device; ``requested`` the one the run was asked for (what a
+    single process would record in the run file's meta).
+    """
 
     rank: int
     world: int
     tensor_parallel: int
     device: torch.device
+    requested: str
     coordinator: Any
 
     @property
@@ -65,7 +70,7 @@ class Layout:
 
 def join_data_parallel(tensor_parallel: int, device: torch.device, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Layout:
     """Join the launch's process group; ``device`` becomes this rank's own GPU under CUDA."""
-    device = local_device(device)
+    requested, device = str(device), local_device(device)
     init_distributed(device, timeout_s=timeout_s)
     world = dist.get_world_size()
     if world % tensor_parallel:
@@ -74,7 +79,7 @@ def join_data_parallel(tensor_parallel: int, device: torch.device, *, timeout_s:
             f"launch a multiple of {tensor_parallel} ranks"
         )
     coordinator = dist.new_group(backend="gloo", timeout=MERGE_TIMEOUT)
-    return Layout(dist.get_rank(), world, tensor_parallel, device, coordinator)
+    return Layout(dist.get_rank(), world, tensor_parallel, device, requested, coordinator)
 
 
 def part_path(output: Path, group: int, groups: int) -> Path:
@@ -92,17 +97,21 @@ def run_problem_set(
     on_record: Callable[[Record, RunFile], str | None] | None = None,
     console: Any = None,
 ) -> RunOutcome:
-    """The shared runner on one process (``layout`` None) or split over a data-parallel launch."""
+    """The shared runner on one process (``layout`` None) or split over a data-parallel launch.
+
+    A ``device`` entry of ``meta`` is recorded as the device the run was asked for, as one process would.
+    """
     if layout is None:
         return run_problems(problems, solve, meta, options, totals=totals, on_record=on_record, console=console)
+    if "device" in meta:
+        meta = {**meta, "device": layout.requested}
     base = options.output if options.output is not None else options.resume
     scratch = Path(tempfile.mkdtemp(prefix="thoughttree-part-"))
     try:
-        if layout.leader and base is not None:
-            output = part_path(base, layout.group, layout.groups)
-            resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
-        else:  # other members of a tensor-parallel group only keep a scratch copy
-            output, resume = scratch / "part.json", None
+        # Other members of a tensor-parallel group keep a scratch copy, but resume from the
+        # leader's part (on the same host) so that the whole group skips the same problems.
+        output = part_path(base, layout.group, layout.groups) if layout.leader and base else scratch / "part.json"
+        resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
         mine = RunOptions(
             output=output, resume=resume if resume is not None and resume.is_file() else None,
             label=f"{options.label} (part {layout.group + 1} of {layout.groups})",

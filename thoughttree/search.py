@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .runtime.parallel import RankFailure, is_main_process
+from .ranks import RankFailure, is_main_process
 from .search_result import Counters, RoundStats, SearchResult, Statistics
 from .search_round import RoundRunner
 from .strategies.base import SearchContext, Strategy

@@ -27,11 +27,11 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     return env
 
 
-def start(args: list[str], world: int) -> list[subprocess.Popen]:
+def start(args: list[str], world: int, extra_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     """``python args...`` once per rank, each with torchrun's environment variables."""
     port = free_port()
     return [
-        subprocess.Popen([sys.executable, *args], env=rank_env(r, world, port), cwd=ROOT,
+        subprocess.Popen([sys.executable, *args], env={**rank_env(r, world, port), **(extra_env or {})}, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(world)
     ]
@@ -52,5 +52,6 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str
     return out
 
 
-def run(args: list[str], world: int, timeout: float = 120) -> list[tuple[int, str]]:
-    return finish(start(args, world), timeout)
+def run(args: list[str], world: int, timeout: float = 300,
+        extra_env: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    return finish(start(args, world, extra_env), timeout)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 from launch import ROOT, finish, rank_env, start
 
 from thoughttree.cli import main
@@ -27,7 +28,12 @@ def without_clock(data: Any) -> Any:
 
 
 def test_data_parallel_run_equals_single_process(tmp_path) -> None:
-    assert main([*GAME24, "--output", str(tmp_path / "single.json")]) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each launched rank runs
+    try:
+        assert main([*GAME24, "--output", str(tmp_path / "single.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
     merged = tmp_path / "merged.json"
     # torchrun takes --start for its own --start-method: "--" ends its options.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -43,8 +49,8 @@ def test_data_parallel_run_equals_single_process(tmp_path) -> None:
 def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
     output = tmp_path / "run.json"
     worker = str(Path(__file__).with_name("dying_rank.py"))
-    procs = start([worker, "exit", *GAME24, "--output", str(output), "--data-parallel"], world=2)
-    (status0, text0), (status1, _) = finish(procs, timeout=200)
+    procs = start([worker, *GAME24, "--end", "902", "--output", str(output), "--data-parallel"], world=2)
+    (status0, text0), (status1, _) = finish(procs, timeout=200)  # the last --end wins: rank 0 runs 900 only
     assert status1 == 9 and status0 == 1, text0[-2000:]
     assert "data-parallel merge failed on rank 0 of 2: a rank died" in text0
     assert not output.exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -60,7 +59,7 @@ def test_group_that_cannot_form(tiny_model_dir, launch_env) -> None:
 
 def test_dying_rank_stops_the_run_without_a_run_file(tmp_path) -> None:
     output = tmp_path / "run.json"
-    procs = start([WORKER, "exit", "game24", "--device", "cpu", "--tensor-parallel", "2", "--start", "900",
+    procs = start([WORKER, "game24", "--device", "cpu", "--tensor-parallel", "2", "--start", "900",
                    "--end", "901", "--output", str(output)], world=2)
     (status0, text0), (status1, _) = finish(procs, timeout=150)
     assert status1 == 9
@@ -68,16 +67,3 @@ def test_dying_rank_stops_the_run_without_a_run_file(tmp_path) -> None:
     assert "error: tensor-parallel all-reduce failed on rank 0 of 2: another rank died" in text0
     assert "Traceback" not in text0
     assert not output.exists()
-
-
-def test_hanging_rank_stops_the_others_after_the_timeout() -> None:
-    procs = start([WORKER, "hang", "4"], world=2)
-    try:
-        (status, text), = finish(procs[:1], timeout=150)
-    finally:
-        procs[1].kill()
-        procs[1].wait()
-    assert status != 0
-    assert "RankFailure: tensor-parallel" in text and "did not answer within 4s" in text
-    waited = float(re.search(r"stopped after ([\d.]+)s", text).group(1))
-    assert 3.5 < waited < 30

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,19 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
+def launched(tmp_path_factory) -> tuple[Path, list[Path]]:
+    """One launch of 2 ranks runs the workload on every model, then checks a silent rank."""
     root = tmp_path_factory.mktemp("tp")
     dirs = [make_model(root / arch, arch, **VARIANTS[arch]) for arch in ARCHS]
-    outs = run([str(Path(__file__).with_name("tp_workload.py")), str(root), *map(str, dirs)], world=2)
+    outs = run([str(Path(__file__).with_name("tp_workload.py")), str(root), "cpu", "float32", *map(str, dirs)], world=2)
     for status, text in outs:
         assert status == 0, text[-3000:]
+    return root, dirs
+
+
+@pytest.fixture(scope="module")
+def results(launched) -> dict[str, tuple[dict, list[dict]]]:
+    root, dirs = launched
     single = {d.name: workload(LM.from_pretrained(d, device="cpu", runtime=RUNTIME)) for d in dirs}
     return {
         arch: (single[arch], [torch.load(root / f"{arch}-rank{r}.pt") for r in range(2)]) for arch in ARCHS
@@ -52,3 +60,11 @@ def test_tensor_parallel_equals_single_process(results, arch: str) -> None:
     assert (rank0["logits"] - single["logits"]).abs().max().item() <= 1e-4, arch
     assert rank0["greedy"] == single["greedy"], arch
     assert len(set(map(tuple, rank0["sampled"]))) > 1  # sampling really sampled
+
+
+def test_silent_rank_fails_the_collective_after_the_timeout(launched) -> None:
+    root, _ = launched
+    report = json.loads((root / "silent-rank.json").read_text())
+    assert "tensor-parallel all-reduce failed on rank 0 of 2" in report["error"]
+    assert "did not answer within 3s" in report["error"]
+    assert 2.5 < report["waited"] < 20

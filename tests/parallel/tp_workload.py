@@ -1,12 +1,15 @@
 """One fixed piece of work on an LM, run by every tensor-parallel rank and by a single process.
 
-    python tests/parallel/tp_workload.py OUT_DIR MODEL_DIR...   (under a launch of 2 ranks)
+    python tests/parallel/tp_workload.py OUT_DIR DEVICE DTYPE MODEL_DIR...   (under a launch of 2 ranks)
 """
 
 from __future__ import annotations
 
+import json
 import random
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import torch
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 
-RUNTIME = RuntimeConfig(page_size=4, num_pages=512, collective_timeout_s=60)
+RUNTIME = RuntimeConfig(page_size=4, num_pages=1024, collective_timeout_s=60)
 
 
 def sequences(vocab: int) -> list[list[int]]:
@@ -48,16 +51,41 @@ def workload(lm: LM) -> dict[str, Any]:
     }
 
 
-def main(out: Path, models: list[str]) -> None:
+def silent_rank(out: Path, timeout_s: float = 3.0) -> None:
+    """Rank 1 stops answering: rank 0's next all-reduce must fail after the timeout, not hang."""
+    import torch.distributed as dist
+
+    from thoughttree.runtime.parallel import RankFailure, TensorParallel
+
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    tp = TensorParallel(size=2, rank=dist.get_rank(), group=group, timeout_s=timeout_s)
+    report = out / "silent-rank.json"
+    if tp.rank == 1:
+        for _ in range(600):  # stay alive (a closed connection fails at once) until rank 0 is done
+            if report.exists():
+                return
+            time.sleep(0.1)
+        return
+    began = time.perf_counter()
+    try:
+        tp.all_reduce(torch.ones(4))
+        error = ""
+    except RankFailure as exc:
+        error = str(exc)
+    report.write_text(json.dumps({"error": error, "waited": time.perf_counter() - began}))
+
+
+def main(out: Path, device: str, dtype: str, models: list[str]) -> None:
     import torch.distributed as dist
 
     for model in models:
-        lm = LM.from_pretrained(model, device="cpu", runtime=RUNTIME, tensor_parallel=2)
+        lm = LM.from_pretrained(model, device=device, dtype=dtype, runtime=RUNTIME, tensor_parallel=2)
         result = workload(lm)
         result["kv_heads_per_rank"] = lm.kv.pool.k.shape[3]
+        result["attention"] = lm.engine.attention
         torch.save(result, out / f"{Path(model).name}-rank{dist.get_rank()}.pt")
-    dist.destroy_process_group()
+    silent_rank(out)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:])
+    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:])

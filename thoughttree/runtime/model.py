@@ -24,7 +24,7 @@ from ..kernels.reference import (
     silu_mul_reference,
     store_kv_reference,
 )
-from .model_config import ModelConfig, ModelLoadError
+from .model_config import ModelConfig, ModelLoadError, check_tensor_shapes
 
 class StepKV(Protocol):
     """What one forward step needs from the KV cache.
@@ -134,7 +134,10 @@ class Transformer:
         return self.gather(F.linear(hidden, self.w["lm_head"])).float()
 
 
-def _read_tensors(path: Path, narrow: Narrow | None = None) -> dict[str, torch.Tensor]:
+def _read_tensors(
+    path: Path, narrow: Narrow | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:
+    """The tensors (only the slices ``narrow`` asks for) and every tensor's full shape, by name."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -143,6 +146,7 @@ def _read_tensors(path: Path, narrow: Narrow | None = None) -> dict[str, torch.T
     if not files:
         raise ModelLoadError(f"{path} holds no *.safetensors weights; save the model with save_pretrained(safe_serialization=True)")
     out: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for name in files:
         file = path / name
         if not file.is_file():
@@ -150,11 +154,12 @@ def _read_tensors(path: Path, narrow: Narrow | None = None) -> dict[str, torch.T
         try:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():
-                    part = narrow(key, f.get_slice(key).get_shape()) if narrow is not None else None
+                    shapes[key] = tuple(f.get_slice(key).get_shape())
+                    part = narrow(key, shapes[key]) if narrow is not None else None
                     out[key] = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
-    return out
+    return out, shapes
 
 
 def _read_slice(tensor: Any, dim: int, start: int, stop: int) -> torch.Tensor:
@@ -168,8 +173,9 @@ def load_transformer(
 
     ``narrow`` reads only a slice of some tensors (a tensor-parallel rank's shard).
     """
-    raw = _read_tensors(Path(path), narrow)
+    raw, shapes = _read_tensors(Path(path), narrow)
     raw = {k.removeprefix("model."): v for k, v in raw.items()}
+    check_tensor_shapes(cfg, {k.removeprefix("model."): s for k, s in shapes.items()}, str(path))
     missing: list[str] = []
 
     def take(name: str, required: bool = True) -> torch.Tensor | None:

@@ -23,23 +23,13 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from ..ranks import ParallelError, RankFailure, is_main_process
 from .model_config import ModelConfig
 
 DEFAULT_TIMEOUT_S = 300.0
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-class ParallelError(RuntimeError):
-    """A tensor-parallel setup that cannot work: wrong launch, world, or model shape."""
-
-
-class RankFailure(RuntimeError):
-    """A collective failed (another rank died or stopped answering): this rank cannot go on."""
-
-
-def is_main_process() -> bool:
-    """True outside a distributed launch and on global rank 0 inside one (the rank that writes and draws)."""
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+__all__ = ["ParallelError", "RankFailure", "TensorParallel", "check_divisible", "init_distributed",
+           "is_main_process", "local_device"]
 
 
 def local_device(device: torch.device) -> torch.device:
