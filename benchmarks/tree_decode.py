@@ -140,11 +140,11 @@ def main() -> None:
     for key, value in SHAPES[args.shape].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
     if args.tensor_parallel > 1:
         from tree_decode_tp import run
 
-        return run(args, WORKLOADS, build_model)
-    workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
+        return run(args, workloads, build_model)
     console = Console(width=200)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
