@@ -22,6 +22,7 @@ from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
 from ..tasks.game24.task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import derive_seed
 from ..tree.serialize import RunFile
+from .model import model_meta
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -110,9 +111,20 @@ def game24_problems(run: Game24Run) -> list[Problem]:
     return [Problem(id=text if index is None else str(index), data=(index, text)) for index, text in run.problems()]
 
 
+def check_prompts_fit(lm: Any, run: Game24Run) -> None:
+    """Raise ValueError when a puzzle's prompt leaves no room in the model's context (before any search)."""
+    task, _ = run.task_and_strategy()
+    for _, text in run.problems():
+        prompt = task.prompt(text)
+        size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+        if size >= lm.max_context:
+            fix = "use --prompts compact" if run.prompts == "few_shot" else "use a model with a longer context"
+            raise ValueError(f"--prompts {run.prompts} --method {run.method}: the prompt of puzzle {text} has {size} "
+                             f"tokens, the model's context is {lm.max_context}; {fix}")
+
+
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
-    return {"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
-            "device": str(getattr(lm, "device", ""))}
+    return {"task": "game24", "run": asdict(run), **model_meta(lm)}
 
 
 def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:

@@ -118,7 +118,7 @@ class LM:
         return self.engine.stats
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=add_bos)["input_ids"])
+        return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
