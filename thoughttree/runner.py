@@ -68,6 +68,18 @@ class RunOptions:
     progress: bool = True
     select: Select = all_problems
 
+    @property
+    def path(self) -> Path | None:
+        """Where the run file is written: ``output``, else the resumed file."""
+        return self.output if self.output is not None else self.resume
+
+    def check(self) -> None:
+        """Fail before any work (loading a model included) when the run file cannot be written or resumed."""
+        if self.path is not None:
+            check_output(self.path)
+        if self.resume is not None:
+            load_run(self.resume)
+
 
 @dataclass
 class RunOutcome:
@@ -225,9 +237,8 @@ def run_problems(
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise RunError("problem ids must be unique; two problems share an id")
-    output = options.output if options.output is not None else options.resume
-    if output is not None:
-        check_output(output)
+    options.check()
+    output = options.path
     done, before = load_resume(options.resume, meta, problems) if options.resume is not None else ({}, 0.0)
     mine = list(options.select(problems))
     records: list[Record] = [done[p.id] for p in mine if p.id in done]

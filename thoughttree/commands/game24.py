@@ -71,14 +71,15 @@ def run_game24_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
+                         progress=not args.live)
+    options.check()
     lm = load_model(args.model, args.device, args.dtype, args.attention)
     try:
         check_prompts_fit(lm, run)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     console = Console()
-    options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
-                         progress=not args.live)
 
     def report(record: Record, so_far: RunFile) -> str:
         if args.show:
