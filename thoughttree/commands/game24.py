@@ -144,8 +144,7 @@ def run_demo(args: argparse.Namespace) -> int:
     def report(entry: Record, so_far: RunFile) -> None:
         nonlocal shown
         res = entry["result"]
-        console.print(f"puzzle {entry['index']} ({entry['problem']}): {res['answer'] or 'no answer'} "
-                      f"{'✓' if res['correct'] else '✗'}")
+        console.print(f"puzzle {entry['index']} ({entry['problem']}): {answer_line(res)}", highlight=False)
         if res["correct"] and not shown:
             show(tree_from_dict(entry["tree"]), console=console, max_children=4)
             shown = True
@@ -153,6 +152,15 @@ def run_demo(args: argparse.Namespace) -> int:
     outcome = run_game24(lm, run, on_record=report)
     console.print(summary_table(outcome.run))
     return finish(outcome, "demo")
+
+
+def answer_line(result: dict[str, Any]) -> str:
+    """A puzzle's outcome in one line; a wrong answer is never shown as if it were an equation that holds."""
+    if result["correct"]:
+        return f"{result['answer']} ✓"
+    if result["answer"] is None:
+        return "not solved ✗ (no answer)"
+    return f"not solved ✗ (best attempt {result['answer']!r}: {result.get('check', 'wrong')})"
 
 
 def _synced_time(lm: LM) -> float:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, run_problems
 from ..search import SearchError, search
+from ..search_result import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
@@ -124,7 +125,7 @@ def check_prompts_fit(lm: Any, run: Game24Run) -> None:
 
 
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
-    return {"task": "game24", "run": asdict(run), **model_meta(lm)}
+    return {"task": "game24", "search_format": SEARCH_FORMAT_VERSION, "run": asdict(run), **model_meta(lm)}
 
 
 def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
@@ -142,7 +143,9 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
             entry = result.to_entry()
             entry["result"]["error"] = str(exc.__cause__ or exc)
         entry["index"] = index
-        entry["result"]["correct"] = _correct(text, result.answer)
+        check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
+        entry["result"]["correct"] = check is not None and check.correct
+        entry["result"]["check"] = "no answer" if check is None else check.reason
         if run.method in ("io", "cot", "bon"):
             samples = result.tree.root.children
             good = sum(_correct(text, task.answer(text, n)) for n in samples)
