@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from thoughttree.commands.game24 import load_model
+from thoughttree.commands.model import load_model
 from thoughttree.tasks.game24.compare import best_of, matching_k, pool_size, tokens_per_sample
 from thoughttree.commands.game24_run import Game24Run, run_game24
 

@@ -10,11 +10,11 @@ propose/value tree. Every method may use the exact checker on a finished answer.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..data_parallel import Layout, run_problem_set
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
 from ..search import Budget, SearchError, search
+from ..search_result import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
@@ -23,6 +23,10 @@ from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
 from ..tasks.game24.task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import derive_seed
 from ..tree.serialize import RunFile
+from .model import model_meta
+
+if TYPE_CHECKING:
+    from ..data_parallel import Layout
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -122,9 +126,20 @@ def game24_problems(run: Game24Run) -> list[Problem]:
     return [Problem(id=text if index is None else str(index), data=(index, text)) for index, text in run.problems()]
 
 
+def check_prompts_fit(lm: Any, run: Game24Run) -> None:
+    """Raise ValueError when a puzzle's prompt leaves no room in the model's context (before any search)."""
+    task, _ = run.task_and_strategy()
+    for _, text in run.problems():
+        prompt = task.prompt(text)
+        size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+        if size >= lm.max_context:
+            fix = "use --prompts compact" if run.prompts == "few_shot" else "use a model with a longer context"
+            raise ValueError(f"--prompts {run.prompts} --method {run.method}: the prompt of puzzle {text} has {size} "
+                             f"tokens, the model's context is {lm.max_context}; {fix}")
+
+
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
-    return {"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
-            "device": str(getattr(lm, "device", ""))}
+    return {"task": "game24", "search_format": SEARCH_FORMAT_VERSION, "run": asdict(run), **model_meta(lm)}
 
 
 def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
@@ -142,7 +157,9 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
             entry = result.to_entry()
             entry["result"]["error"] = str(exc.__cause__ or exc)
         entry["index"] = index
-        entry["result"]["correct"] = _correct(text, result.answer)
+        check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
+        entry["result"]["correct"] = check is not None and check.correct
+        entry["result"]["check"] = "no answer" if check is None else check.reason
         if run.method in ("io", "cot", "bon"):
             samples = [{"correct": _correct(text, task.answer(text, n)),
                         "logprob": n.logprob / max(1, len(n.tokens)), "tokens": len(n.tokens)}
@@ -170,6 +187,8 @@ def run_game24(lm: Any, run: Game24Run, options: RunOptions | None = None, *, li
                on_record: Callable[[Record, RunFile], str | None] | None = None,
                layout: Layout | None = None) -> RunOutcome:
     """Search every puzzle of ``run`` with the shared runner (split over ``layout``'s ranks when given)."""
+    from ..data_parallel import run_problem_set
+
     options = options if options is not None else RunOptions(progress=False)
     return run_problem_set(game24_problems(run), game24_solver(lm, run, live=live), game24_meta(lm, run), options,
                            layout=layout, totals=game24_totals, on_record=on_record)

@@ -1,0 +1,42 @@
+"""``--data-parallel`` and ``--tensor-parallel``: how a command joins a torchrun launch.
+
+torch.distributed is imported only when one of the flags asks for it, so plain runs and
+``--help`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from ..ranks import ParallelError
+from .common import CliError
+
+if TYPE_CHECKING:
+    from ..data_parallel import Layout
+
+
+def add_data_parallel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-parallel", action="store_true",
+                   help="split the problems over the ranks (or tensor-parallel groups) of a torchrun launch; "
+                        "rank 0 writes the merged run file")
+
+
+def join_launch(args: argparse.Namespace) -> Layout | None:
+    """The data-parallel layout of a distributed run (--data-parallel or --tensor-parallel > 1), else None."""
+    if not args.data_parallel and args.tensor_parallel == 1:
+        return None
+    import torch
+
+    from ..data_parallel import join_data_parallel
+
+    requested = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        layout = join_data_parallel(args.tensor_parallel, requested)
+    except ParallelError as exc:
+        raise CliError(str(exc)) from exc
+    if not args.data_parallel and layout.groups > 1:
+        raise CliError(f"--tensor-parallel {args.tensor_parallel} does not match the world of {layout.world} ranks; "
+                       f"launch with torchrun --nproc-per-node {args.tensor_parallel}, or add --data-parallel "
+                       f"to split the problems over {layout.groups} groups")
+    return layout
