@@ -33,11 +33,14 @@ def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: to
     return _DTYPES[dtype]
 
 
-def _pool_pages(model: Transformer, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device) -> int:
+def _pool_pages(
+    cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device, num_kv_heads: int | None = None
+) -> int:
+    """Pages of the KV pool (``num_kv_heads``: the heads this process keeps, all by default)."""
     if rc.num_pages is not None:
         return rc.num_pages
-    cfg = model.cfg
-    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, model.num_kv_heads, cfg.head_dim, dtype)
+    heads = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
+    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, heads, cfg.head_dim, dtype)
     budget = rc.kv_memory_bytes
     if budget is None and device.type != "cuda":  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
         return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
@@ -59,7 +62,7 @@ class LM:
         self.device = model.device
         pool = KVPool(
             cfg.num_layers,
-            _pool_pages(model, runtime, model.dtype, model.device),
+            _pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads),
             runtime.page_size,
             model.num_kv_heads,  # a tensor-parallel rank keeps the KV of its own heads only
             cfg.head_dim,
