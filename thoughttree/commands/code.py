@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..runner import Problem, Record, RunOptions, RunOutcome, finish, run_problems
 from ..tasks import apps, humaneval
-from ..tasks.code import CodeTask
+from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
@@ -64,7 +64,7 @@ def _style(args: argparse.Namespace, lm: Any) -> tuple[str, Any]:
     if style == "base":
         return style, None
     try:
-        return style, apps.template_renderer(lm.tokenizer)
+        return style, template_renderer(lm.tokenizer)
     except ValueError as exc:
         raise CliError(f"--prompts chat: {exc}") from exc
 
