@@ -91,7 +91,10 @@ def test_no_tests_means_no_results_and_bad_tests_are_refused():
         run_tests(DOUBLE, [("1", "2")], isolation="none")
 
 
-@pytest.mark.parametrize("field, value", [("time_s", 0), ("time_s", float("nan")), ("memory_mb", 8), ("output_bytes", 0), ("processes", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("time_s", 0), ("time_s", float("nan")), ("memory_mb", 8), ("output_bytes", 0), ("processes", True)],
+)
 def test_limits_are_validated(field, value):
     with pytest.raises(ValueError, match=f"Limits.{field}"):
         Limits(**{field: value})
@@ -130,3 +133,8 @@ def test_bubblewrap_that_cannot_build_namespaces_is_refused():
             run_tests(DOUBLE, [("1\n", "2\n")], bwrap=str(fake))
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_program_too_deep_to_compile_is_a_syntax_error():
+    program = "x = " + "-" * 200_000 + "1\n"
+    assert statuses(run_tests(program, [("", None)], limits=QUICK)) == ["syntax_error"]

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -165,7 +166,7 @@ def run_test(argv: list[str], data: bytes, request: dict, call: bool) -> dict:
             timed_out = True
             break
         streams.pump(remaining)
-        exited = proc.poll() is not None
+        exited = bool(select.select([pidfd], [], [], 0)[0])  # without reaping: its pid stays ours
     elapsed = time.monotonic() - start
     streams.sel.unregister(pidfd)
     os.close(pidfd)
@@ -195,15 +196,15 @@ def main() -> None:
         source = handle.read()
     try:
         compile(source, program, "exec")
-    except (SyntaxError, ValueError) as err:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # Python would not run it either
         emit({"syntax_error": "".join(traceback.format_exception_only(type(err), err)).strip()})
         return
+    runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "call.py")
     for index, given in enumerate(request["inputs"]):
         if fn_name is None:
             argv, data = [sys.executable, "-I", program], given.encode("utf-8")
         else:
-            argv = [sys.executable, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "call.py"), program, fn_name]
-            data = json.dumps(given).encode("utf-8")
+            argv, data = [sys.executable, "-I", runner, program, fn_name], json.dumps(given).encode("utf-8")
         emit({"i": index, **run_test(argv, data, request, call=fn_name is not None)})
 
 

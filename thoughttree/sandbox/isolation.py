@@ -1,14 +1,15 @@
 """How the driver is started: inside bubblewrap (the default), or without isolation by name.
 
 ``"bwrap"`` starts the driver with bubblewrap in new user, PID, network, mount, IPC, UTS and
-cgroup namespaces: no network but a private loopback, a read-only view of ``/usr`` (plus the
-``/bin``, ``/lib`` links) and of the interpreter's own prefix, a fresh ``/proc`` and minimal
-``/dev``, a size-capped private tmpfs on ``/tmp`` as the only writable place (home and working
-directory), an empty environment but ``PATH``, ``HOME`` and ``LANG``, and uid/gid 65534 inside.
-When the evaluator runs as root, bubblewrap itself is started as the unprivileged user
-``nobody`` (uid 65534), so the sandbox is not root outside its namespaces either. The driver,
-the call runner, their wire module and the program come in as read-only files copied from
-memory; expected outputs never enter. The sandbox dies with its parent.
+cgroup namespaces: no network but a private loopback; read-only, only the interpreter, its
+install prefix and the system's shared libraries (``/usr/lib``, ``/lib``: no shell, no other
+programs); a fresh ``/proc``; a minimal read-only ``/dev`` with a small ``/dev/shm``; a
+size-capped private tmpfs on ``/tmp`` as the writable place (home and working directory); an
+empty environment but ``PATH``, ``HOME`` and ``LANG``; uid/gid 65534 inside. When the evaluator
+runs as root, bubblewrap itself is started as the unprivileged user ``nobody`` (uid 65534), so
+the sandbox is not root outside its namespaces either. The driver, the call runner, their wire
+module and the program come in as read-only files copied from memory; expected outputs never
+enter. The sandbox dies with its parent.
 
 ``"none-unsafe"`` runs the same driver as the evaluator's own user in a temporary directory with
 a cleared environment and the same resource limits, but with no namespaces: the program can
@@ -30,6 +31,7 @@ from typing import Iterator
 ISOLATIONS = ("bwrap", "none-unsafe")
 NOBODY = 65534
 SCRATCH_BYTES = 64 << 20
+SHM_BYTES = 16 << 20
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HERE = Path(__file__).resolve().parent
 INSIDE = "/sandbox"
@@ -90,14 +92,16 @@ def _data_fd(text: str, name: str) -> int:
     return fd
 
 
-def _system_binds(prefix: str) -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+def _system_binds(python: str, prefix: str) -> list[str]:
+    """The interpreter, its install prefix and the system's shared libraries; nothing else."""
+    args = []
+    for top in ("/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    if prefix != "/usr" and not prefix.startswith("/usr/"):
+    args += ["--ro-bind", python, python]
+    if not prefix.startswith("/usr"):
         args += ["--ro-bind", prefix, prefix]
     return args
 
@@ -122,13 +126,14 @@ def _bwrap(program: str, bwrap: str) -> Launch:
         found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--hostname", "sandbox", "--uid", str(NOBODY), "--gid", str(NOBODY),
-        *_system_binds(prefix),
-        "--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+        *_system_binds(python, prefix),
+        "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+        "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
         "--ro-bind-data", str(files[0]), f"{INSIDE}/driver.py",
         "--ro-bind-data", str(files[1]), f"{INSIDE}/wire.py",
         "--ro-bind-data", str(files[2]), f"{INSIDE}/call.py",
         "--ro-bind-data", str(files[3]), f"{INSIDE}/program.py",
-        "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
+        "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
         python, "-I", f"{INSIDE}/driver.py",
     ]
     return Launch(

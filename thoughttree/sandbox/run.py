@@ -19,6 +19,7 @@ Test = tuple[Any, Any]
 STARTUP_S = 10.0
 PER_TEST_S = 2.0
 STOP_WAIT_S = 5.0
+FULL_DISK = ("File too large", "No space left on device")  # file-size limit, scratch full
 
 
 def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
@@ -27,10 +28,11 @@ def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
         if not (isinstance(test, (tuple, list)) and len(test) == 2):
             raise ValueError(f"test {index} must be an (input, expected) pair, got {test!r:.80}")
         given, expected = test
+        kind = type(given).__name__
         if fn_name is None and not isinstance(given, str):
-            raise ValueError(f"test {index}: a standard-input test's input must be a string, got {type(given).__name__}")
+            raise ValueError(f"test {index}: a standard-input test's input must be a string, got {kind}")
         if fn_name is not None and not isinstance(given, (list, tuple)):
-            raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {type(given).__name__}")
+            raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {kind}")
         pairs.append((given if fn_name is None else list(given), expected))
     return pairs
 
@@ -46,24 +48,26 @@ def _request(spec: Launch, pairs: list[Test], fn_name: str | None, limits: Limit
 
 
 def _stop(proc: subprocess.Popen, spec: Launch) -> None:
-    """Kill the sandbox: its PID namespace's init first (the kernel then kills every process in
-    the namespace and bubblewrap reaps it), then bubblewrap's own process group."""
-    if spec.info_fd is not None and proc.poll() is None:
+    """Kill a sandbox that is still running: its PID namespace's init first (the kernel then kills
+    every process in the namespace and bubblewrap reaps it), then bubblewrap's process group.
+    Nothing is signalled once bubblewrap has been reaped, since its ids may then be reused."""
+    if proc.poll() is not None:
+        return
+    if spec.info_fd is not None:
         os.set_blocking(spec.info_fd, False)
         try:
             pid = json.loads(os.read(spec.info_fd, 4096) or b"{}").get("child-pid")
         except (BlockingIOError, ValueError):
             pid = None
-        if isinstance(pid, int) and proc.poll() is None:
+        if isinstance(pid, int):
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)  # bubblewrap's child, not yet reaped: still that process
                 proc.wait(STOP_WAIT_S)
+                return
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], str, bool]:
@@ -96,9 +100,9 @@ def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], s
 def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
     stdout, stderr, code = record["stdout"], record["stderr"], record["exit"]
     status = "passed"
-    if record["output_limit"] or (code != 0 and "File too large" in stderr):
+    if record["output_limit"] or (code != 0 and any(text in stderr for text in FULL_DISK)):
         status = "output_limit"
-    elif record["timeout"] or code in (-signal.SIGXCPU, -signal.SIGKILL):
+    elif record["timeout"] or code == -signal.SIGXCPU:  # the wall clock, or the CPU-time limit
         status = "timeout"
     elif code != 0:
         status = "memory_limit" if "MemoryError" in stderr else "runtime_error"
@@ -160,10 +164,9 @@ def run_tests(
         if "syntax_error" in record:
             return [TestResult("syntax_error", stderr=excerpt(record["syntax_error"], tail=True)) for _ in pairs]
     done = {record["i"]: record for record in records if "i" in record}
-    missing = TestResult(
-        "timeout" if timed_out else "runtime_error",
-        stderr="not run: the sandbox " + ("ran out of time" if timed_out else "ended early (the program stopped its driver)"),
-    )
+    why = "ran out of time" if timed_out else "ended early (the program stopped its driver)"
+    why += f"\n{errors.strip()[-500:]}" if errors.strip() else ""
+    missing = TestResult("timeout" if timed_out else "runtime_error", stderr=f"not run: the sandbox {why}")
     return [
         _verdict(done[index], expected, fn_name) if index in done else missing
         for index, (_, expected) in enumerate(pairs)
