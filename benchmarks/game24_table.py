@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from thoughttree.commands.game24 import load_model
+from thoughttree.commands.model import load_model
 from thoughttree.commands.game24_run import Game24Run, run_game24
 
 ROWS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import thoughttree as tt
-from thoughttree.commands.game24 import bundled_model_path
+from thoughttree.commands.model import bundled_model_path
 
 
 def main(path: str | None = None) -> tt.ThoughtTree:

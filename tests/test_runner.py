@@ -28,7 +28,7 @@ META = {"task": "squares", "seed": 3}
 
 
 def totals(records: Sequence[Record]) -> dict[str, Any]:
-    return {"solved": sum(r["result"]["answer"] % 2 == 0 for r in records)}
+    return {"solved": sum(int(r["result"]["answer"]) % 2 == 0 for r in records)}
 
 
 class Solver:
@@ -54,7 +54,7 @@ class Solver:
                 tree.add_child(tree.root, [i, i], "never reached")
         except KeyboardInterrupt:  # what search() does: keep the tree, say why it stopped
             stopped = "interrupted"
-        result: dict[str, Any] = {"answer": i * i, "stopped": stopped,
+        result: dict[str, Any] = {"answer": str(i * i), "stopped": stopped,
                                   "statistics": {"generated_tokens": i, "prefill_tokens": 2}}
         if i in self.fail:
             result["error"] = f"model broke on {i}"

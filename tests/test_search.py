@@ -203,7 +203,7 @@ def test_corrupt_and_newer_files_are_refused(tmp_path):
         SearchResult.load(tmp_path / "newer.json")
     broken = {**data, "problems": [{**data["problems"][0], "result": {"best": "x"}}]}
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    with pytest.raises(RunFileError, match="malformed result"):
+    with pytest.raises(RunFileError, match="problem 0: result.best must be null or a node id below 4, got .x."):
         SearchResult.load(tmp_path / "broken.json")
 
 

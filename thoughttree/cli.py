@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from . import __version__
 from .commands.common import USAGE_ERROR, CliError
 from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
@@ -31,6 +32,7 @@ def build_parser(commands: Sequence[Callable[[Subparsers], None]] = COMMANDS) ->
     parser = argparse.ArgumentParser(
         prog="thoughttree", description="LLM reasoning search on a shared-prefix KV runtime"
     )
+    parser.add_argument("--version", action="version", version=f"thoughttree {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in commands:
         add(sub)

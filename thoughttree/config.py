@@ -66,7 +66,7 @@ class RuntimeConfig:
 
     The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
-    device memory on CUDA and 1 GiB on CPU). ``attention`` picks the tree-attention backend:
+    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
     kernel a runtime without tree sharing would use), for comparison.

@@ -19,6 +19,7 @@ A record is a run file's problem entry: ``{"id", "problem", "tree", "result": {"
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -66,6 +67,18 @@ class RunOptions:
     label: str = "problems"
     progress: bool = True
     select: Select = all_problems
+
+    @property
+    def path(self) -> Path | None:
+        """Where the run file is written: ``output``, else the resumed file."""
+        return self.output if self.output is not None else self.resume
+
+    def check(self) -> None:
+        """Fail before any work (loading a model included) when the run file cannot be written or resumed."""
+        if self.path is not None:
+            check_output(self.path)
+        if self.resume is not None:
+            load_run(self.resume)
 
 
 @dataclass
@@ -154,10 +167,11 @@ def merge_runs(parts: Sequence[RunFile], problems: Sequence[Problem], totals: To
 def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -> tuple[dict[str, Record], float]:
     """The finished records of a stopped run (by id) and its wall time so far; checks it is this run."""
     run = load_run(path)
-    for key in sorted(set(meta) | set(run.meta)):
-        if run.meta.get(key) != meta.get(key):
-            raise RunError(f"--resume {path} was written with meta.{key}={run.meta.get(key)!r}, this run has "
-                           f"{meta.get(key)!r}; resume with the options of the stopped run")
+    difference = _first_difference(run.meta, json.loads(json.dumps(meta)), "meta")
+    if difference is not None:
+        key, theirs, ours = difference
+        raise RunError(f"--resume {path} was written with {key}={theirs!r}, this run has {ours!r}; "
+                       "resume with the options of the stopped run")
     ids = {p.id for p in problems}
     done: dict[str, Record] = {}
     for i, record in enumerate(run.problems):
@@ -166,6 +180,17 @@ def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -
         if not is_partial(record):
             done[str(record["id"])] = record
     return done, float(run.totals.get("wall_time", 0.0))
+
+
+def _first_difference(a: Any, b: Any, where: str) -> tuple[str, Any, Any] | None:
+    """The dotted path of the first place where ``a`` and ``b`` differ, with both values there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (where, a, b)
 
 
 class Interrupts:
@@ -212,9 +237,8 @@ def run_problems(
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise RunError("problem ids must be unique; two problems share an id")
-    output = options.output if options.output is not None else options.resume
-    if output is not None:
-        check_output(output)
+    options.check()
+    output = options.path
     done, before = load_resume(options.resume, meta, problems) if options.resume is not None else ({}, 0.0)
     mine = list(options.select(problems))
     records: list[Record] = [done[p.id] for p in mine if p.id in done]

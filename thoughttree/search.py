@@ -117,14 +117,11 @@ def search(
     except KeyboardInterrupt:
         stopped = "interrupted"
     except Exception as exc:
-        partial = run.result("error")
-        raise SearchError(
-            f"search stopped by an error in round {run.rounds + 1}: {exc} (the tree of {len(tree)} nodes "
-            "is kept in this error's .tree and .partial_result)",
-            tree,
-            partial,
-        ) from exc
-    return run.result(stopped)
+        raise run.failure(f"an error in round {run.rounds + 1}", exc) from exc
+    try:
+        return run.result(stopped)
+    except Exception as exc:
+        raise run.failure(f"{type(strategy).__name__}.best() raising", exc) from exc
 
 
 class _Run:
@@ -185,11 +182,21 @@ class _Run:
             per_round=tuple(self.per_round),
         )
 
-    def result(self, stopped: str) -> SearchResult:
+    def failure(self, where: str, exc: Exception) -> SearchError:
+        """The error to raise: it keeps the tree and a partial result (without a best node when best() fails)."""
         try:
-            best = self.strategy.best()
-        except Exception:  # a broken strategy must not cost the caller the tree
-            best = None
+            partial = self.result("error")
+        except Exception:  # best() itself is broken: the tree still goes back to the caller
+            partial = self.result("error", ask_best=False)
+        return SearchError(
+            f"search stopped by {where}: {exc} (the tree of {len(self.tree)} nodes is kept in this error's "
+            ".tree and .partial_result)",
+            self.tree,
+            partial,
+        )
+
+    def result(self, stopped: str, *, ask_best: bool = True) -> SearchResult:
+        best = self.strategy.best() if ask_best else None
         answer = None
         if best is not None:
             answer = best.metadata.get("answer")

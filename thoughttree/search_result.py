@@ -17,6 +17,7 @@ from .tree import Node, Status, ThoughtTree
 from .tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
 
 SEARCH_FORMAT_VERSION = 1
+_RESULT_FIELDS = ("answer", "best", "solutions", "stopped", "statistics")
 COUNTERS = ("forward_steps", "prefill_tokens", "generated_tokens", "attended_tokens", "unique_tokens")
 
 
@@ -168,9 +169,9 @@ class SearchResult:
 
     @classmethod
     def from_run(cls, run: RunFile, lm: Any = None, index: int = 0, where: str = "run file") -> SearchResult:
-        version = run.meta.get("search_format")
-        if not isinstance(version, int):
-            raise RunFileError(f"{where} has no search results (meta.search_format is missing)")
+        version = run.meta.get("search_format", SEARCH_FORMAT_VERSION)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise RunFileError(f"{where}: meta.search_format must be an integer, got {version!r}")
         if version > SEARCH_FORMAT_VERSION:
             raise RunFileError(
                 f"{where} holds search results of format {version}; this thoughttree reads up to "
@@ -180,13 +181,18 @@ class SearchResult:
             raise RunFileError(f"{where} has {len(run.problems)} problems; index {index} is out of range")
         entry = run.problems[index]
         tree = tree_from_dict(entry["tree"], lm)
+        res = entry.get("result")
+        missing = [k for k in _RESULT_FIELDS if k not in (res or {})]
+        if missing:
+            raise RunFileError(f"{where}: problem {index} holds no search result (result.{missing[0]} is missing); "
+                               "load files written by thoughttree.search or a thoughttree task command")
         try:
-            res = entry["result"]
-            best = None if res["best"] is None else tree[int(res["best"])]
-            solutions = tuple(tree[int(i)] for i in res["solutions"])
             stats = Statistics.from_dict(res["statistics"])
-            answer, stopped = res["answer"], str(res["stopped"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RunFileError(f"{where}: malformed result of problem {index} ({exc!r}); the file is corrupt") from exc
-        settings = {k: v for k, v in run.meta.items() if k != "search_format"}
+        except (KeyError, TypeError) as exc:
+            raise RunFileError(f"{where}: problem {index}: result.statistics does not match this thoughttree "
+                               f"({exc})") from None
+        best = None if res["best"] is None else tree[res["best"]]
+        solutions = tuple(tree[i] for i in res["solutions"])
+        answer, stopped = res["answer"], res["stopped"]
+        settings = {k: v for k, v in run.meta.items() if k != "search_format"}  # a task run's meta: its settings
         return cls(entry.get("problem"), tree, best, solutions, answer, stopped, stats, settings)

@@ -80,3 +80,27 @@ def test_tree_misuse(tiny_model_dir) -> None:
     with pytest.raises(TreeError, match="needs a model"):
         ThoughtTree(None, prompt=[1, 2]).expand([])
     assert len(tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=3))[0]) == 2
+
+
+@pytest.mark.parametrize(
+    "arch,change,field",
+    [
+        ("llama", {"num_hidden_layers": 1}, "num_hidden_layers=1"),
+        ("llama", {"num_hidden_layers": 3}, "num_hidden_layers=3"),
+        ("llama", {"num_attention_heads": 8, "head_dim": 16}, "num_attention_heads=8"),
+        ("llama", {"num_key_value_heads": 4}, "num_key_value_heads=4"),
+        ("llama", {"head_dim": 8}, "head_dim=8"),
+        ("qwen3", {"head_dim": 32}, "head_dim=32"),
+        ("llama", {"intermediate_size": 128}, "intermediate_size=128"),
+        ("llama", {"vocab_size": 999}, "vocab_size=999"),
+        ("llama", {"hidden_size": 128}, "hidden_size=128"),
+    ],
+)
+def test_config_dimensions_are_checked_against_the_weights(tmp_path, arch, change, field) -> None:
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, arch)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ModelLoadError, match=f"config.json {field} does not match the checkpoint"):
+        LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))

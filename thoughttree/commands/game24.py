@@ -4,52 +4,33 @@ from __future__ import annotations
 
 import argparse
 import time
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..config import RuntimeConfig, Sampling
+from ..config import Sampling
 from ..live import format_stat
-from ..runtime import LM, ModelLoadError
 from ..runner import Record, RunOptions, finish
+from ..tasks.game24.puzzles import NUM_PUZZLES
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least
-from .game24_run import METHODS, Game24Run, run_game24
+from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
+from .model import ATTENTION, add_model_arguments, is_bundled, load_model
 
 if TYPE_CHECKING:
+    from ..runtime import LM
     from .common import Subparsers
-
-
-def bundled_model_path() -> Path:
-    """The Game of 24 model shipped inside the package."""
-    return Path(str(resources.files("thoughttree").joinpath("models/game24")))
-
-
-def load_model(spec: str, device: str | None, dtype: str | None) -> LM:
-    path = bundled_model_path() if spec == "bundled" else Path(spec)
-    try:
-        return LM.from_pretrained(path, device=device, dtype=dtype)
-    except ModelLoadError as exc:
-        raise CliError(f"--model {spec}: {exc}") from exc
-
-
-def _add_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
-    p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
 
 
 # -- game24 --------------------------------------------------------------------------------------
 def add_game24(sub: Subparsers) -> None:
     p = sub.add_parser("game24", help="solve Game of 24 puzzles with a search method")
-    _add_model(p)
+    add_model_arguments(p)
     p.add_argument("--method", choices=METHODS, default="bfs", help="io, cot, bon (k samples) or a tree search")
     p.add_argument("--start", type=at_least(0), default=900, help="first puzzle index (default 900)")
     p.add_argument("--end", type=at_least(1), default=1000, help="one past the last puzzle index (default 1000)")
@@ -86,14 +67,19 @@ def run_game24_command(args: argparse.Namespace) -> int:
             method=args.method, start=args.start, end=args.end, seed=args.seed, breadth=args.breadth,
             samples=args.samples, evaluations=args.evaluations, k=args.k, width=args.width,
             iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value,
-            prompts=args.prompts or ("compact" if args.model == "bundled" else "few_shot"),
+            prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype)
-    console = Console()
     options = RunOptions(output=args.output, resume=args.resume, label=f"game24 {run.method}",
                          progress=not args.live)
+    options.check()
+    lm = load_model(args.model, args.device, args.dtype, args.attention)
+    try:
+        check_prompts_fit(lm, run)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    console = Console()
 
     def report(record: Record, so_far: RunFile) -> str:
         if args.show:
@@ -124,6 +110,7 @@ def summary_table(result: RunFile) -> Table:
         ("prefilled tokens", format_stat(meta["prefill_tokens"])),
         ("wall time", f"{meta['wall_time']:.1f}s"),
         ("device", result.meta.get("device", "")),
+        ("dtype, attention", f"{result.meta.get('dtype', '?')}, {result.meta.get('attention', '?')}"),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -131,16 +118,24 @@ def summary_table(result: RunFile) -> Table:
 
 
 # -- demo ----------------------------------------------------------------------------------------
+DEMO_START = 900
+
+
 def add_demo(sub: Subparsers) -> None:
     p = sub.add_parser("demo", help="a short Tree-of-Thoughts search on a few puzzles with the bundled model")
-    p.add_argument("--puzzles", type=at_least(1), default=3, help="how many puzzles from index 900 (default 3)")
+    p.add_argument("--puzzles", type=at_least(1), default=3,
+                   help=f"how many puzzles from index {DEMO_START} (default 3, at most {NUM_PUZZLES - DEMO_START})")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--attention", choices=ATTENTION, default="auto", help="tree-attention backend (default auto)")
     p.set_defaults(run=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    lm = load_model("bundled", args.device, None)
-    run = Game24Run(method="bfs", start=900, end=900 + args.puzzles)
+    if DEMO_START + args.puzzles > NUM_PUZZLES:
+        raise CliError(f"--puzzles {args.puzzles}: the data has {NUM_PUZZLES - DEMO_START} puzzles from index "
+                       f"{DEMO_START}; use --puzzles {NUM_PUZZLES - DEMO_START} or fewer")
+    lm = load_model("bundled", args.device, None, args.attention)
+    run = Game24Run(method="bfs", start=DEMO_START, end=DEMO_START + args.puzzles)
     console = Console()
     console.print(f"Tree-of-Thoughts BFS (breadth {run.breadth}) with the bundled model on puzzles "
                   f"{run.start}..{run.end - 1}, {lm.device}")
@@ -149,8 +144,7 @@ def run_demo(args: argparse.Namespace) -> int:
     def report(entry: Record, so_far: RunFile) -> None:
         nonlocal shown
         res = entry["result"]
-        console.print(f"puzzle {entry['index']} ({entry['problem']}): {res['answer'] or 'no answer'} "
-                      f"{'✓' if res['correct'] else '✗'}")
+        console.print(f"puzzle {entry['index']} ({entry['problem']}): {answer_line(res)}", highlight=False)
         if res["correct"] and not shown:
             show(tree_from_dict(entry["tree"]), console=console, max_children=4)
             shown = True
@@ -160,9 +154,20 @@ def run_demo(args: argparse.Namespace) -> int:
     return finish(outcome, "demo")
 
 
+def answer_line(result: dict[str, Any]) -> str:
+    """A puzzle's outcome in one line; a wrong answer is never shown as if it were an equation that holds."""
+    if result["correct"]:
+        return f"{result['answer']} ✓"
+    if result["answer"] is None:
+        return "not solved ✗ (no answer)"
+    return f"not solved ✗ (best attempt {result['answer']!r}: {result.get('check', 'wrong')})"
+
+
 def _synced_time(lm: LM) -> float:
     """Wall time after the device's queued work is done."""
     if lm.device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(lm.device)
     return time.perf_counter()
 
@@ -170,8 +175,9 @@ def _synced_time(lm: LM) -> float:
 # -- bench ---------------------------------------------------------------------------------------
 def add_bench(sub: Subparsers) -> None:
     p = sub.add_parser("bench", help="time batched tree decoding: one prompt, many branches")
-    _add_model(p)
-    p.add_argument("--prompt-tokens", type=at_least(1), default=2048, help="shared prompt length (default 2048)")
+    add_model_arguments(p)
+    p.add_argument("--prompt-tokens", type=at_least(1),
+                   help="shared prompt length (default 2048, or what fits the model's context with --tokens)")
     p.add_argument("--branches", type=at_least(1), default=64, help="children sampled together (default 64)")
     p.add_argument("--tokens", type=at_least(1), default=64, help="tokens generated per branch (default 64)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="timed repetitions (default 3)")
@@ -179,9 +185,14 @@ def add_bench(sub: Subparsers) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.attention)
+    if args.tokens >= lm.max_context:
+        raise CliError(f"--tokens {args.tokens} leaves no room for a prompt in the model's context of {lm.max_context}")
+    if args.prompt_tokens is None:
+        args.prompt_tokens = min(2048, lm.max_context - args.tokens)
     if args.prompt_tokens + args.tokens > lm.max_context:
-        raise CliError(f"--prompt-tokens + --tokens exceed the model's context of {lm.max_context}")
+        raise CliError(f"--prompt-tokens {args.prompt_tokens} + --tokens {args.tokens} exceed the model's context "
+                       f"of {lm.max_context}")
     vocab = lm.config.vocab_size
     prompt = [(7 * i + 3) % vocab for i in range(args.prompt_tokens)]
     sampling = Sampling(max_tokens=args.tokens, temperature=1.0, ignore_eos=True)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, run_problems
 from ..search import SearchError, search
+from ..search_result import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
@@ -22,6 +23,7 @@ from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
 from ..tasks.game24.task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import derive_seed
 from ..tree.serialize import RunFile
+from .model import model_meta
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -110,9 +112,20 @@ def game24_problems(run: Game24Run) -> list[Problem]:
     return [Problem(id=text if index is None else str(index), data=(index, text)) for index, text in run.problems()]
 
 
+def check_prompts_fit(lm: Any, run: Game24Run) -> None:
+    """Raise ValueError when a puzzle's prompt leaves no room in the model's context (before any search)."""
+    task, _ = run.task_and_strategy()
+    for _, text in run.problems():
+        prompt = task.prompt(text)
+        size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+        if size >= lm.max_context:
+            fix = "use --prompts compact" if run.prompts == "few_shot" else "use a model with a longer context"
+            raise ValueError(f"--prompts {run.prompts} --method {run.method}: the prompt of puzzle {text} has {size} "
+                             f"tokens, the model's context is {lm.max_context}; {fix}")
+
+
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
-    return {"task": "game24", "run": asdict(run), "model": getattr(lm, "path", ""),
-            "device": str(getattr(lm, "device", ""))}
+    return {"task": "game24", "search_format": SEARCH_FORMAT_VERSION, "run": asdict(run), **model_meta(lm)}
 
 
 def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
@@ -130,7 +143,9 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
             entry = result.to_entry()
             entry["result"]["error"] = str(exc.__cause__ or exc)
         entry["index"] = index
-        entry["result"]["correct"] = _correct(text, result.answer)
+        check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
+        entry["result"]["correct"] = check is not None and check.correct
+        entry["result"]["check"] = "no answer" if check is None else check.reason
         if run.method in ("io", "cot", "bon"):
             samples = result.tree.root.children
             good = sum(_correct(text, task.answer(text, n)) for n in samples)

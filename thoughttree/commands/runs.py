@@ -19,6 +19,7 @@ from ..tree.export import graphml_text, to_dot
 from ..tree.render import legend, one_line, show
 from ..tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
 from ..tree.summary import TreeSummary, combine, summarize
+from ..tree.node import Node
 from ..tree.thought_tree import ThoughtTree
 from .common import CliError, at_least
 
@@ -88,9 +89,16 @@ def run_show(args: argparse.Namespace) -> int:
             solved_only=args.solved,
             width=args.width,
             with_legend=False,
+            best=_result_best(entry, tree),
         )
     console.print(legend(), width=args.width)
     return 0
+
+
+def _result_best(entry: dict[str, Any], tree: ThoughtTree) -> Node | None:
+    """The node a search reported as best (``result.best``), so ``show`` marks the same path."""
+    best = entry.get("result", {}).get("best") if isinstance(entry.get("result"), dict) else None
+    return tree[best] if isinstance(best, int) and 0 <= best < len(tree) else None
 
 
 # -- stats ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .kv_tree import KVTree, Segment
 from .model import Transformer, load_transformer
 from .model_config import ModelConfig, ModelLoadError
 
+CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -36,8 +37,10 @@ def _pool_pages(cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device:
         return rc.num_pages
     per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, cfg.num_kv_heads, cfg.head_dim, dtype)
     budget = rc.kv_memory_bytes
+    if budget is None and device.type != "cuda":  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
+        return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
     if budget is None:
-        budget = int(torch.cuda.mem_get_info(device)[0] * 0.5) if device.type == "cuda" else 1 << 30
+        budget = int(torch.cuda.mem_get_info(device)[0] * 0.5)
     return max(1, budget // per_page)
 
 
@@ -118,7 +121,7 @@ class LM:
         return self.engine.stats
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=add_bos)["input_ids"])
+        return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from .model_config import ModelConfig, ModelLoadError
+from .model_config import ModelConfig, ModelLoadError, check_tensor_shapes
 
 # attend(layer, q [T, H_q, D], k [T, H_kv, D], v [T, H_kv, D]) -> [T, H_q, D]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -124,6 +124,7 @@ def load_transformer(path: str | Path, cfg: ModelConfig, *, device: torch.device
     """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights."""
     raw = _read_tensors(Path(path))
     raw = {k.removeprefix("model."): v for k, v in raw.items()}
+    check_tensor_shapes(cfg, {k: tuple(v.shape) for k, v in raw.items()}, str(path))
     missing: list[str] = []
 
     def take(name: str, required: bool = True) -> torch.Tensor | None:

@@ -116,3 +116,45 @@ class ModelConfig:
         if not isinstance(raw, dict):
             raise ModelLoadError(f"{cfg} does not hold a JSON object")
         return cls.from_dict(raw)
+
+
+def check_tensor_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    """Check every config dimension against the checkpoint's tensor shapes (names without ``model.``).
+
+    Raises ModelLoadError naming the config.json field that disagrees with the weights.
+    """
+
+    def fail(field: str, value: int, actual: int, what: str) -> None:
+        raise ModelLoadError(f"config.json {field}={value} does not match the checkpoint at {where}: {what} "
+                             f"gives {actual}; correct {field} in config.json")
+
+    layers = {int(k.split(".")[1]) for k in shapes if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if len(layers) != cfg.num_layers:
+        fail("num_hidden_layers", cfg.num_layers, len(layers), "the number of layers.N tensors")
+    embed = shapes.get("embed_tokens.weight")
+    if embed is not None:
+        if embed[0] != cfg.vocab_size:
+            fail("vocab_size", cfg.vocab_size, embed[0], "embed_tokens.weight rows")
+        if embed[1] != cfg.hidden_size:
+            fail("hidden_size", cfg.hidden_size, embed[1], "embed_tokens.weight columns")
+    head = shapes.get("lm_head.weight")
+    if head is not None and head[0] != cfg.vocab_size:
+        fail("vocab_size", cfg.vocab_size, head[0], "lm_head.weight rows")
+    for i in sorted(layers):
+        a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+        norm = shapes.get(a + "q_norm.weight")
+        if norm is not None and norm[0] != cfg.head_dim:
+            fail("head_dim", cfg.head_dim, norm[0], a + "q_norm.weight size")
+        q, k = shapes.get(a + "q_proj.weight"), shapes.get(a + "k_proj.weight")
+        if q is None or k is None:
+            continue
+        if q[0] != cfg.num_heads * cfg.head_dim or k[0] != cfg.num_kv_heads * cfg.head_dim:
+            dims = {q[0] / cfg.num_heads, k[0] / cfg.num_kv_heads}
+            if len(dims) == 1:  # both head counts agree on another head size
+                fail("head_dim", cfg.head_dim, int(dims.pop()), f"{a}q_proj.weight rows / num_attention_heads")
+            if q[0] != cfg.num_heads * cfg.head_dim:
+                fail("num_attention_heads", cfg.num_heads, q[0] // cfg.head_dim, f"{a}q_proj.weight rows / head_dim")
+            fail("num_key_value_heads", cfg.num_kv_heads, k[0] // cfg.head_dim, f"{a}k_proj.weight rows / head_dim")
+        gate = shapes.get(m + "gate_proj.weight")
+        if gate is not None and gate[0] != cfg.intermediate_size:
+            fail("intermediate_size", cfg.intermediate_size, gate[0], m + "gate_proj.weight rows")

@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from .node import Node, Status
 from .render import best_path, one_line
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from .thought_tree import ThoughtTree
 
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -64,6 +64,8 @@ def to_networkx(tree: ThoughtTree) -> nx.DiGraph:
     logprob, value (None when unscored), visits, status (its string), depth, metadata (dict).
     Graph attributes: seed.
     """
+    import networkx as nx  # only graph exports need it; keeps the command line quick to start
+
     graph = nx.DiGraph(seed=tree.seed)
     depth = _depths(tree)
     for n in tree.nodes:
@@ -105,6 +107,8 @@ def to_graphml_graph(tree: ThoughtTree) -> nx.DiGraph:
     or holds lists, is stored as JSON strings. None and NaN are left out; ``parent`` is
     dropped (the edges say it).
     """
+    import networkx as nx
+
     rich = to_networkx(tree)
     flat: dict[int, dict[str, Any]] = {}
     kinds: dict[str, set[type | None]] = {}
@@ -136,11 +140,15 @@ def to_graphml_graph(tree: ThoughtTree) -> nx.DiGraph:
 
 def write_graphml(tree: ThoughtTree, path: str | Path) -> None:
     """Write ``tree`` as GraphML; read it back with ``networkx.read_graphml(path, node_type=int)``."""
+    import networkx as nx
+
     nx.write_graphml(to_graphml_graph(tree), str(path))
 
 
 def graphml_text(tree: ThoughtTree) -> str:
     """The GraphML document of ``tree`` as a string."""
+    import networkx as nx
+
     lines = nx.generate_graphml(to_graphml_graph(tree))
     return '<?xml version="1.0" encoding="utf-8"?>\n' + "\n".join(lines) + "\n"
 

@@ -134,6 +134,8 @@ class ViewOptions:
         best_only: draw only the best path.
         solved_only: draw only paths that lead to a solved node.
         text_width: most characters of a node's text on its line.
+        best: id of the node whose path is the best one (a search result's ``best``); None uses
+            :func:`best_path`.
     """
 
     max_depth: int | None = None
@@ -141,6 +143,7 @@ class ViewOptions:
     best_only: bool = False
     solved_only: bool = False
     text_width: int = 60
+    best: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_depth is not None and self.max_depth < 0:
@@ -171,7 +174,7 @@ def layout(tree: ThoughtTree, options: ViewOptions = ViewOptions()) -> TreeLayou
     for n in reversed(tree.nodes):
         if n.parent is not None:
             size[n.parent.id] += size[n.id]
-    best = {n.id for n in best_path(tree)}
+    best = {n.id for n in (best_path(tree) if options.best is None else tree[options.best].path())}
     on_solved = {a.id for n in tree.nodes if n.status is Status.SOLVED for a in n.path()}
 
     def keep(child: Node) -> bool:
@@ -226,13 +229,16 @@ def render(
     solved_only: bool = False,
     text_width: int = 60,
     with_legend: bool = False,
+    best: Node | None = None,
 ) -> RenderableType:
     """A rich renderable of ``tree`` (print it, or put it in a ``Live`` or ``Panel``).
 
     Children hidden by ``max_children``, ``best_only`` or ``solved_only`` are summarised as
-    ``… N more``; subtrees below ``max_depth`` as ``… N below``.
+    ``… N more``; subtrees below ``max_depth`` as ``… N below``. ``best`` marks that node's path
+    as the best one (pass a search result's ``best``); by default :func:`best_path` picks it.
     """
-    options = ViewOptions(max_depth, max_children, best_only, solved_only, text_width)
+    options = ViewOptions(max_depth, max_children, best_only, solved_only, text_width,
+                          None if best is None else best.id)
     drawn = layout(tree, options).renderable
     return Group(drawn, legend()) if with_legend else drawn
 
@@ -248,6 +254,7 @@ def show(
     width: int | None = None,
     text_width: int = 60,
     with_legend: bool = True,
+    best: Node | None = None,
 ) -> None:
     """Print ``tree`` to ``console`` (a new one on stdout when None) at ``width`` columns (the console's when None).
 
@@ -265,5 +272,6 @@ def show(
         solved_only=solved_only,
         text_width=text_width,
         with_legend=with_legend,
+        best=best,
     )
     console.print(renderable, width=width)

@@ -20,6 +20,7 @@ from typing import Any
 
 from .node import Status
 from .thought_tree import ThoughtTree
+from .validate import FieldError, check_run_data, check_tree_data
 
 FORMAT = "thoughttree.run"
 TREE_FORMAT = "thoughttree.tree"
@@ -61,28 +62,22 @@ def tree_to_dict(tree: ThoughtTree) -> dict[str, Any]:
 def tree_from_dict(data: dict[str, Any], lm: Any = None) -> ThoughtTree:
     """Rebuild a tree (without KV; ``tree.materialize()`` prefills it when a model is attached)."""
     _check_header(data, TREE_FORMAT, "tree")
-    tree = ThoughtTree(lm, seed=int(data.get("seed", 0)))
     try:
-        for i, raw in enumerate(data["nodes"]):
-            if raw["id"] != i:
-                raise RunFileError(f"node ids must be 0..N-1 in order; entry {i} has id {raw['id']}")
-            parent = None if raw["parent"] is None else tree.nodes[raw["parent"]]
-            if parent is not None and parent.id >= i:
-                raise RunFileError(f"node {i} names parent {parent.id}, which does not come before it")
-            tree._new(
-                parent,
-                [int(t) for t in raw["tokens"]],
-                str(raw["text"]),
-                logprob=float(raw["logprob"]) if raw["logprob"] is not None else float("nan"),
-                value=raw["value"],
-                visits=int(raw["visits"]),
-                status=Status(raw["status"]),
-                metadata=dict(raw.get("metadata", {})),
-            )
-    except (KeyError, TypeError, IndexError, ValueError) as exc:
-        if isinstance(exc, RunFileError):
-            raise
-        raise RunFileError(f"malformed tree data: {exc!r}") from exc
+        check_tree_data(data)
+    except FieldError as exc:
+        raise RunFileError(f"malformed tree data: {exc}") from None
+    tree = ThoughtTree(lm, seed=data.get("seed", 0))
+    for raw in data["nodes"]:
+        tree._new(
+            None if raw["parent"] is None else tree.nodes[raw["parent"]],
+            list(raw["tokens"]),
+            raw["text"],
+            logprob=float("nan") if raw.get("logprob") is None else float(raw["logprob"]),
+            value=raw.get("value"),
+            visits=raw.get("visits", 0),
+            status=Status(raw["status"]),
+            metadata=dict(raw.get("metadata", {})),
+        )
     return tree
 
 
@@ -106,9 +101,14 @@ class RunFile:
     def save(self, path: str | Path) -> None:
         """Write atomically (temp file then rename) so a crash never leaves half a file."""
         path = Path(path)
+        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n")
-        tmp.replace(path)
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def load_run(path: str | Path) -> RunFile:
@@ -121,11 +121,18 @@ def load_run(path: str | Path) -> RunFile:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunFileError(f"{path} is not valid JSON ({exc}); the file is corrupt or not a run file") from exc
     _check_header(data, FORMAT, "run", path)
-    problems = data.get("problems")
-    if not isinstance(problems, list) or not all(isinstance(p, dict) and "tree" in p for p in problems):
-        raise RunFileError(f"{path} has no valid 'problems' list; the file is corrupt")
+    for i, entry in enumerate(data.get("problems") or []):
+        if isinstance(entry, dict) and isinstance(entry.get("tree"), dict):
+            try:
+                _check_header(entry["tree"], TREE_FORMAT, "tree")
+            except RunFileError as exc:
+                raise RunFileError(f"{path}: problem {i}: the tree {exc}") from None
+    try:
+        check_run_data(data, _RESERVED)
+    except FieldError as exc:
+        raise RunFileError(f"{path}: {exc}; the file is corrupt or was not written by thoughttree") from None
     totals = {k: v for k, v in data.items() if k not in _RESERVED}
-    return RunFile(meta=dict(data.get("meta", {})), problems=problems, totals=totals)
+    return RunFile(meta=dict(data.get("meta", {})), problems=data["problems"], totals=totals)
 
 
 def _check_header(data: Any, fmt: str, what: str, path: Path | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..config import Sampling
@@ -79,7 +80,7 @@ class ThoughtTree:
             tokens = self.lm.encode(prompt, add_bos=True)
             text = prompt
         else:
-            tokens = [int(t) for t in prompt]
+            tokens = self._tokens(prompt, "a root prompt")
             text = self.lm.decode(tokens) if self.lm is not None else ""
         if not tokens:
             raise TreeError("a root prompt needs at least one token")
@@ -89,10 +90,11 @@ class ThoughtTree:
     def add_child(self, parent: Node, tokens: Sequence[int], text: str, **fields: Any) -> Node:
         """A child with given tokens (KV not yet materialised unless ``kv`` is passed)."""
         self._check_alive(parent)
+        tokens = self._tokens(tokens, f"a child of node {parent.id}")
         if not tokens:
             raise TreeError(f"a child of node {parent.id} needs at least one token")
         self._check_context(parent.num_path_tokens + len(tokens))
-        return self._new(parent, [int(t) for t in tokens], text, **fields)
+        return self._new(parent, tokens, text, **fields)
 
     def extend(self, node: Node, text: str) -> Node:
         """Append ``text`` under ``node`` as a new child; returns the child."""
@@ -104,6 +106,7 @@ class ThoughtTree:
         return self.add_child(node, tokens, text)
 
     def path(self, node: Node) -> list[Node]:
+        self._check_own(node)
         return node.path()
 
     def frontier(self) -> list[Node]:
@@ -120,8 +123,8 @@ class ThoughtTree:
         """
         lm = self._need_lm("expand")
         sampling = sampling or Sampling()
-        if n < 1:
-            raise TreeError(f"n must be >= 1, got {n}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise TreeError(f"n must be an integer >= 1, got {n!r}")
         nodes = list(nodes)
         if len({id(x) for x in nodes}) != len(nodes):
             raise TreeError("expand got the same node twice; ask for more children with n instead")
@@ -153,12 +156,15 @@ class ThoughtTree:
     def materialize(self, nodes: Sequence[Node] | None = None) -> None:
         """Prefill the KV of these nodes' paths (all live nodes when None) in one batch."""
         lm = self._need_lm("materialize")
+        for node in nodes or ():
+            self._check_own(node)
         todo = [n for n in (nodes if nodes is not None else self) if n.alive]
         lm.materialize(todo)
 
     # -- pruning -----------------------------------------------------------------------------
     def prune(self, node: Node) -> list[Any]:
         """Mark ``node`` and its subtree pruned and free their KV at once; returns the released handles."""
+        self._check_own(node)
         released = []
         for x in node.descendants():
             x.status = Status.PRUNED
@@ -210,11 +216,31 @@ class ThoughtTree:
             raise TreeError(f"{what} needs a model; create the tree with ThoughtTree(lm, prompt=...)")
         return self.lm
 
-    def _check_alive(self, node: Node) -> None:
+    def _check_own(self, node: Node) -> None:
+        if not isinstance(node, Node):
+            raise TreeError(f"expected a node of this tree, got {type(node).__name__}")
         if node.tree is not self:
-            raise TreeError(f"node {node.id} belongs to another tree")
+            raise TreeError(f"node {node.id} belongs to another tree; pass nodes of this tree")
+
+    def _check_alive(self, node: Node) -> None:
+        self._check_own(node)
         if node.status is Status.PRUNED:
             raise TreeError(f"node {node.id} is pruned; choose a live node")
+
+    def _tokens(self, values: Sequence[int], what: str) -> list[int]:
+        """Token ids as ints, each a whole number in the model's vocabulary."""
+        vocab = getattr(getattr(self.lm, "config", None), "vocab_size", None)
+        out = []
+        for t in values:
+            try:
+                value = operator.index(t)
+            except TypeError:
+                value = -1
+            if isinstance(t, bool) or value < 0 or (vocab is not None and value >= vocab):
+                bound = f" below {vocab}" if vocab is not None else ""
+                raise TreeError(f"{what} has token id {t!r}; token ids are whole numbers from 0{bound}")
+            out.append(value)
+        return out
 
     def _check_context(self, length: int) -> None:
         if self.lm is not None and length > self.lm.max_context:

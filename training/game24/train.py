@@ -31,6 +31,7 @@ from game24_tokenizer import build_tokenizer, save_tokenizer  # noqa: E402
 
 from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples  # noqa: E402
 
+MAX_POSITIONS = 256  # the context of the trained model and of its tokenizer
 IGNORE = -100
 KIND_IDS = {"propose": 0, "value": 1, "io": 2, "cot": 3}
 CALIBRATE = (150, 200)  # steps between which --time-budget-s measures the step time
@@ -119,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     counts = Counter(e.kind for e in examples)
     print(f"data: {len(examples)} examples {dict(counts)} in {time.time() - started:.1f}s", flush=True)
 
-    tokenizer = build_tokenizer(model_max_length=args.max_len)
+    tokenizer = build_tokenizer(model_max_length=MAX_POSITIONS)  # the model's context, not the training length
     ids, targets, lengths = encode(tokenizer, examples, args.max_len)
     kinds = torch.tensor([KIND_IDS[e.kind] for e in examples])
     ids, targets, kinds = ids.to(device), targets.to(device), kinds.to(device)
     print(f"tokens: {int(lengths.sum())} (longest {int(lengths.max())})", flush=True)
 
-    config = model_config(tokenizer, max_positions=256)
+    config = model_config(tokenizer, max_positions=MAX_POSITIONS)
     model = LlamaForCausalLM(config).to(device)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)

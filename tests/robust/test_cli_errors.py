@@ -1,0 +1,98 @@
+"""Hostile command lines get one clear line on stderr and status 2; quick commands never load torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from thoughttree.cli import main
+from thoughttree.commands.model import bundled_model_path, is_bundled
+
+
+def one_error_line(capsys, *argv: str) -> str:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["game24", "--device", "tpu", "--end", "901"], "--device 'tpu' is not a device; use cpu or cuda"),
+        (["game24", "--device", "cuda", "--end", "901"], "--device cuda: CUDA is not available"),
+        (["bench", "--device", "cuda:0"], "--device cuda:0: CUDA is not available"),
+        (["demo", "--puzzles", "500"], "--puzzles 500: the data has 462 puzzles from index 900"),
+        (["game24", "--method", "io", "--prompts", "few_shot", "--end", "901"],
+         "the prompt of puzzle 4 5 6 10 has 440 tokens, the model's context is 256; use --prompts compact"),
+        (["game24", "--attention", "deft", "--end", "901"], "--attention deft runs Triton kernels on a CUDA GPU"),
+        (["game24", "--puzzle", "1 2 3 4", "--puzzle", "1 2 3 4"], "a --puzzle is given twice"),
+        (["bench", "--tokens", "256"], "--tokens 256 leaves no room for a prompt"),
+    ],
+)
+def test_bad_command_lines(capsys, argv, message):
+    if "cuda" in " ".join(argv):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    assert message in one_error_line(capsys, *argv)
+
+
+@pytest.mark.parametrize("case", ["directory", "missing"])
+def test_an_unusable_output_fails_before_loading_the_model(tmp_path, capsys, case):
+    out = tmp_path if case == "directory" else tmp_path / "no" / "run.json"
+    err = one_error_line(capsys, "game24", "--end", "901", "--output", out, "--model", tmp_path / "nothing-here")
+    assert ("is a directory" if case == "directory" else "does not exist; create it first") in err
+
+
+def test_the_bundled_model_is_known_by_its_path(tmp_path):
+    assert is_bundled("bundled") and is_bundled(str(bundled_model_path()))
+    assert is_bundled(str(bundled_model_path()) + "/") and not is_bundled(str(tmp_path))
+
+
+def test_bench_defaults_fit_the_bundled_model(capsys):
+    assert main(["bench", "--device", "cpu", "--branches", "2", "--tokens", "4", "--repeat", "1"]) == 0
+    assert "on a 252-token prompt" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("thoughttree 0.")
+
+
+QUICK = """
+import sys
+from thoughttree.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "triton", "transformers", "networkx") if m in sys.modules)
+print("HEAVY", heavy, "CODE", code)
+"""
+
+
+@pytest.mark.parametrize("argv", [["show"], ["stats"], ["export", "--format", "json"], ["export", "--format", "dot"]])
+def test_commands_over_run_files_do_not_import_the_model_runtime(tmp_path, argv):
+    from thoughttree.tree import ThoughtTree
+    from thoughttree.tree.serialize import RunFile, tree_to_dict
+
+    tree = ThoughtTree(prompt=[1, 2])
+    tree.add_child(tree.root, [3], "a thought")
+    path = tmp_path / "run.json"
+    RunFile(meta={"task": "t"}, problems=[{"problem": "p", "tree": tree_to_dict(tree), "result": {}}]).save(path)
+    done = subprocess.run([sys.executable, "-c", QUICK, argv[0], str(path), *argv[1:]], capture_output=True,
+                          text=True, timeout=120)
+    assert "HEAVY [] CODE 0" in done.stdout, done.stdout + done.stderr
+
+
+def test_help_does_not_import_the_model_runtime():
+    done = subprocess.run([sys.executable, "-c", QUICK.replace("main(sys.argv[1:])", "0"), ], capture_output=True,
+                          text=True, timeout=120)
+    assert "HEAVY [] CODE 0" in done.stdout, done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-m", "thoughttree", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "game24" in done.stdout

@@ -1,0 +1,92 @@
+"""The model a command runs: ``--model``, ``--device``, ``--dtype`` and ``--attention``, checked up front.
+
+torch is imported here only when a model is loaded, so commands that read run files start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import RuntimeConfig
+from .common import CliError
+
+if TYPE_CHECKING:
+    from ..runtime import LM
+
+ATTENTION = ("auto", "deft", "per_sequence", "reference")
+_TRITON = ("deft", "per_sequence")
+
+
+def bundled_model_path() -> Path:
+    """The Game of 24 model shipped inside the package."""
+    return Path(str(resources.files("thoughttree").joinpath("models/game24")))
+
+
+def is_bundled(spec: str) -> bool:
+    """``spec`` names the bundled model: the word ``bundled`` or a path to its directory."""
+    if spec == "bundled":
+        return True
+    try:
+        return Path(spec).resolve() == bundled_model_path().resolve()
+    except OSError:
+        return False
+
+
+def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> None:
+    p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    if dtype:
+        p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
+    p.add_argument("--attention", choices=ATTENTION, default="auto",
+                   help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
+                        "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
+
+
+def check_device(device: str | None) -> None:
+    """A one-line error for a device this torch cannot run on."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise CliError(f"--device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise CliError(f"--device {device}: thoughttree runs on cpu or cuda, not {dev.type}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise CliError(f"--device {device}: CUDA is not available ({why}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise CliError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices (0..)")
+
+
+def load_model(spec: str, device: str | None, dtype: str | None, attention: str = "auto") -> LM:
+    """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong."""
+    from ..runtime import LM, ModelLoadError
+
+    check_device(device)
+    path = bundled_model_path() if spec == "bundled" else Path(spec)
+    try:
+        lm = LM.from_pretrained(path, device=device, dtype=dtype, runtime=RuntimeConfig(attention=attention))
+    except ModelLoadError as exc:
+        raise CliError(f"--model {spec}: {exc}") from exc
+    if attention in _TRITON:
+        if lm.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise CliError(f"--attention {attention} runs Triton kernels on a CUDA GPU; on the CPU use "
+                           "--attention reference (or set TRITON_INTERPRET=1 for the slow interpreter)")
+        if lm.model.dtype.itemsize != 2:
+            raise CliError(f"--attention {attention} takes 16-bit weights; add --dtype float16 or bfloat16")
+    return lm
+
+
+def model_meta(lm: Any) -> dict[str, str]:
+    """What a run file records about the model: path, device, dtype and the attention backend that ran."""
+    return {"model": str(getattr(lm, "path", "")), "device": str(getattr(lm, "device", "")),
+            "dtype": str(getattr(getattr(lm, "model", None), "dtype", "")).removeprefix("torch."),
+            "attention": str(getattr(getattr(lm, "engine", None), "attention", ""))}
