@@ -169,3 +169,17 @@ def test_build_run_counts_only_finished_records():
     records = [Solver()(Problem("0", 0)), {**Solver()(Problem("1", 1)), "result": {"stopped": "interrupted"}}]
     run = build_run(META, 4, records, totals, 1.5)
     assert run.totals["finished"] == 1 and run.totals["problem_count"] == 4 and run.totals["solved"] == 1
+
+
+def test_a_search_interrupted_behind_the_handlers_back_stops_the_run_too(tmp_path):
+    class Stops(Solver):
+        def __call__(self, problem: Problem) -> Record:
+            record = super().__call__(problem)
+            if problem.data == 1:
+                record["result"]["stopped"] = "interrupted"
+            return record
+
+    out = tmp_path / "run.json"
+    solver = Stops()
+    outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False))
+    assert outcome.exit_code == 130 and solver.seen == [0, 1] and load_run(out).totals["finished"] == 1

@@ -24,16 +24,16 @@ import signal
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any, Callable, Sequence
 
+from .interrupts import EXIT_CODES, Interrupts
 from .tree.serialize import RunFile, load_run
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 Record = dict[str, Any]
 Solve = Callable[["Problem"], Record]
@@ -193,32 +193,6 @@ def _first_difference(a: Any, b: Any, where: str) -> tuple[str, Any, Any] | None
     return None if a == b else (where, a, b)
 
 
-class Interrupts:
-    """SIGINT and SIGTERM handlers: remember the first signal; raise KeyboardInterrupt only while armed."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self.armed = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            for sig in EXIT_CODES:
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal is None:
-            self.signal = signum
-        if self.armed:
-            self.armed = False
-            raise KeyboardInterrupt
-
-
 def run_problems(
     problems: Sequence[Problem],
     solve: Solve,
@@ -247,8 +221,10 @@ def run_problems(
     outcome.failures = [(str(r["id"]), e) for r in records if (e := record_error(r)) is not None]
     began = time.perf_counter()
 
+    position = {pid: i for i, pid in enumerate(ids)}
+
     def save() -> RunFile:
-        ordered = sorted(records, key=lambda r: ids.index(str(r["id"])))
+        ordered = sorted(records, key=lambda r: position[str(r["id"])])
         outcome.run = build_run(meta, len(mine), ordered, totals, before + time.perf_counter() - began)
         if outcome.path is not None:
             outcome.run.save(outcome.path)
@@ -272,6 +248,8 @@ def run_problems(
                 records.append(record)
                 if (error := record_error(record)) is not None:
                     outcome.failures.append((problem.id, error))
+                if is_partial(record):  # stopped by an interrupt the handlers did not see: stop too
+                    interrupts.signal = interrupts.signal or signal.SIGINT
             if interrupts.signal is not None:
                 break
             run = save()
@@ -288,8 +266,6 @@ def run_problems(
 
 def _bar(total: int, options: RunOptions, console: Any) -> Any:
     if not options.progress:
-        from contextlib import nullcontext
-
         return nullcontext()
     from .live import progress
 
@@ -302,10 +278,3 @@ def finish(outcome: RunOutcome, command: str) -> int:
     if message is not None:
         print(f"thoughttree {command}: {message}", file=sys.stderr)
     return outcome.exit_code
-
-
-__all__ = [
-    "EXIT_CODES", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "Interrupts", "Problem", "Record", "RunError",
-    "RunOptions", "RunOutcome", "Solve", "Totals", "all_problems", "build_run", "check_output",
-    "finish", "is_partial", "load_resume", "merge_runs", "record_error", "run_problems",
-]

@@ -1,0 +1,38 @@
+"""The CPU KV pool fits the model, and the bundled tokenizer agrees with the model's context."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import torch
+
+from thoughttree import LM, RuntimeConfig
+from thoughttree.commands.model import bundled_model_path
+from thoughttree.runtime.lm import CPU_PATHS, _pool_pages
+from thoughttree.runtime.model_config import ModelConfig
+
+
+def test_the_cpu_pool_holds_full_context_paths_not_a_fixed_gibibyte(tiny_model_dir):
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu")
+    assert lm.kv.pool.capacity_tokens == CPU_PATHS * lm.max_context
+    bundled = LM.from_pretrained(bundled_model_path(), device="cpu")
+    pool = bundled.kv.pool
+    assert pool.capacity_tokens == CPU_PATHS * 256 and 2 * pool.k.numel() * pool.k.element_size() <= 256 << 20
+
+
+def test_a_large_model_on_the_cpu_stays_within_a_gibibyte():
+    cfg = ModelConfig.from_dict(json.loads((bundled_model_path() / "config.json").read_text()))
+    big = dataclasses.replace(cfg, num_layers=64, num_kv_heads=8, head_dim=128, max_position_embeddings=32768)
+    pages = _pool_pages(big, RuntimeConfig(), torch.float32, torch.device("cpu"))
+    per_page = 2 * 64 * 16 * 8 * 128 * 4
+    assert pages == (1 << 30) // per_page
+    assert _pool_pages(cfg, RuntimeConfig(kv_memory_bytes=1 << 20), torch.float32, torch.device("cpu")) == 8
+
+
+def test_the_bundled_tokenizer_knows_the_models_context():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_path()), local_files_only=True)
+    config = json.loads((bundled_model_path() / "config.json").read_text())
+    assert tokenizer.model_max_length == config["max_position_embeddings"] == 256
