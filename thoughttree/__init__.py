@@ -12,43 +12,27 @@ commands that only read run files start quickly.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from . import strategies, tasks
 from .config import RuntimeConfig, Sampling
+from .search import Budget, SearchError, search
+from .search_result import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
+from .tree.render import best_path, show
 
 if TYPE_CHECKING:
-    from . import strategies, tasks
     from .runtime import LM
-    from .search import Budget, SearchError, search
-    from .search_result import SearchResult, Statistics
-    from .tree.render import best_path, show
 
 __version__ = "0.1.0"
 
-_MODULES = {"strategies": ".strategies", "tasks": ".tasks"}
-_ATTRIBUTES = {
-    "LM": ".runtime",
-    "Budget": ".search",
-    "SearchError": ".search",
-    "search": ".search",
-    "SearchResult": ".search_result",
-    "Statistics": ".search_result",
-    "best_path": ".tree.render",
-    "show": ".tree.render",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = import_module(_MODULES[name], __name__)
-    elif name in _ATTRIBUTES:
-        value = getattr(import_module(_ATTRIBUTES[name], __name__), name)
-    else:
-        raise AttributeError(f"module 'thoughttree' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    if name == "LM":
+        from .runtime import LM
+
+        return LM
+    raise AttributeError(f"module 'thoughttree' has no attribute {name!r}")
 
 
 __all__ = [
