@@ -76,6 +76,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+def test_an_unwritable_output_fails_before_the_model_loads(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "apps", "--model", tmp_path / "no-model", "--output", tmp_path)
+    assert code == 2 and "is a directory" in err
+    code, _, err = run_cli(capsys, "humaneval", "--model", tmp_path / "no-model", "--output", tmp_path / "x" / "r.json")
+    assert code == 2 and "does not exist" in err
+
+
 def test_a_missing_model_is_a_clear_error(tmp_path, capsys):
     code, _, err = run_cli(capsys, "apps", "--model", tmp_path / "no-model", "--start", "0", "--end", "1")
     assert code == 2 and "--model" in err

@@ -110,3 +110,31 @@ def test_apps_prompts():
     seen = []
     assert chat_prompt(lambda user, start: seen.append((user, start)) or "X", _problem()) == "X"
     assert seen[0][1] == "```python\n"
+
+
+def test_chat_prompts_through_the_tokenizer_template(tmp_path):
+    from tiny_models import make_tokenizer
+
+    from thoughttree.tasks.apps import Apps
+    from thoughttree.tasks.code import template_renderer
+    from thoughttree.tasks.humaneval import HumanEval
+
+    tok = make_tokenizer(tmp_path)
+    with pytest.raises(ValueError, match="no chat template"):
+        template_renderer(tok)
+    tok.chat_template = ("{% for m in messages %}<s>[{{ m['role'] }}] {{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}[assistant] {% endif %}")
+    render = template_renderer(tok)
+    ids = Apps([_problem()], style="chat", render=render).prompt("7")
+    assert isinstance(ids, list) and ids.count(1) == 1  # one BOS, from the template
+    text = tok.decode(ids)
+    assert "[user] Print the sum" in text and text.endswith("[assistant] ```python\n")
+    he = CodeProblem(key="HumanEval/0", statement="def f(x):\n    '''Double.'''\n", public=(), hidden=(([], True),),
+                     fn_name="f", info={"entry_point": "f", "test": ""})
+    task = HumanEval([he], style="chat", render=render)
+    assert tok.decode(task.prompt("HumanEval/0")).endswith("```python\ndef f(x):\n    '''Double.'''\n")
+    assert task.program("HumanEval/0", "    return 2 * x\n```\nDone") == he.statement + "    return 2 * x\n"
+    assert HumanEval([he]).program("HumanEval/0", "    return 2 * x\n\ndef g():\n    pass\n") == (
+        he.statement + "    return 2 * x\n")
+    with pytest.raises(ValueError, match="chat template"):
+        Apps([_problem()], style="chat")

@@ -12,14 +12,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..runner import Problem, Record, RunOptions, RunOutcome, finish, run_problems
+from ..runner import Problem, Record, RunOptions, RunOutcome, check_output, finish, run_problems
 from ..tasks import apps, humaneval
-from ..tasks.code import CodeTask
+from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least
-from .game24 import load_model
+from .model import ATTENTION, check_device, load_model, model_meta
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -32,6 +32,8 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a local Hugging Face model directory (no code model ships)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
+    p.add_argument("--attention", choices=ATTENTION, default="auto",
+                   help="tree-attention backend (auto: Triton kernels on a GPU with 16-bit weights, else reference)")
     p.add_argument("--method", choices=METHODS, default="bon",
                    help="io: sample without tests; bon: best of N by public tests; beam/mcts: search over lines")
     p.add_argument("--prompts", choices=("base", "chat"),
@@ -64,14 +66,19 @@ def _style(args: argparse.Namespace, lm: Any) -> tuple[str, Any]:
     if style == "base":
         return style, None
     try:
-        return style, apps.template_renderer(lm.tokenizer)
+        return style, template_renderer(lm.tokenizer)
     except ValueError as exc:
         raise CliError(f"--prompts chat: {exc}") from exc
 
 
-def _sandbox_ready() -> None:
-    """Fail early, in one line, when programs cannot be isolated here (before loading any model)."""
+def _ready(args: argparse.Namespace) -> None:
+    """Fail early, in one line, before loading any model: the device, the output path, the sandbox."""
     from ..sandbox import SandboxUnavailable, run_tests
+
+    check_device(args.device)
+    target = args.output if args.output is not None else args.resume
+    if target is not None:
+        check_output(target)
 
     try:
         run_tests("", [("", None)])
@@ -135,14 +142,14 @@ def run_apps(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--start/--end: {exc}") from exc
     method = _method(args)
-    _sandbox_ready()
+    _ready(args)
     problems = _load_apps(args.data, selection)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.attention)
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
     split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
     meta = {"task": "apps", "data": split, "difficulty": args.difficulty, "start": args.start, "end": args.end,
-            "method": asdict(method), "prompts": style, "seed": args.seed, "model": args.model,
+            "method": asdict(method), "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples shown in each statement (see thoughttree.tasks.code.split_public)",
             "hidden_tests": "every other test; used only for the final score"}
     outcome = _run(task, [p.key for p in problems], lm, method, args, meta, apps_totals)
@@ -167,16 +174,16 @@ def run_humaneval(args: argparse.Namespace) -> int:
         raise CliError(f"--start/--end must satisfy 0 <= start < end <= {humaneval.NUM_PROBLEMS}, "
                        f"got {args.start}, {args.end}")
     method = _method(args, samples=args.k if args.k > 1 else None)
-    _sandbox_ready()
+    _ready(args)
     try:
         problems = humaneval.load()[args.start:args.end]
     except humaneval.HumanEvalDataError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, args.attention)
     style, render = _style(args, lm)
     task = humaneval.HumanEval(problems, method.task_config(), style=style, render=render)
     meta = {"task": "humaneval", "start": args.start, "end": args.end, "method": asdict(method), "k": args.k,
-            "prompts": style, "seed": args.seed, "model": args.model,
+            "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples in each docstring", "hidden_tests": "the problem's check function"}
     outcome = _run(task, [p.key for p in problems], lm, method, args, meta,
                    lambda records: humaneval_totals(records, args.k), all_samples=method.method == "io")

@@ -6,10 +6,10 @@ The bundled sample is 87 problems of the APPS *train* split, for trying the task
 
 from .metrics import Scored, summarize
 from .problems import BUNDLED, BUNDLED_SPLIT, DIFFICULTIES, AppsDataError, Selection, bundled_path, load
-from .prompts import base_prompt, chat_message, template_renderer
+from .prompts import base_prompt, chat_message
 from .task import Apps
 
 __all__ = [
     "Apps", "AppsDataError", "BUNDLED", "BUNDLED_SPLIT", "DIFFICULTIES", "Scored", "Selection", "base_prompt",
-    "bundled_path", "chat_message", "load", "summarize", "template_renderer",
+    "bundled_path", "chat_message", "load", "summarize",
 ]

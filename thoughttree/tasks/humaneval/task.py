@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..apps.prompts import ChatRender
+from ..code.chat import ChatRender
 from ..code.checking import Checker, Verdicts
 from ..code.problem import CodeProblem
 from ..code.programs import FENCE, OPEN_BLOCK, truncate_at
