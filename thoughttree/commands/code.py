@@ -12,16 +12,19 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..runner import Problem, Record, RunOptions, RunOutcome, check_output, finish, run_problems
+from ..ranks import is_main_process
+from ..runner import Problem, Record, RunOptions, RunOutcome, check_output, finish
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least
+from .launch import add_data_parallel, join_launch
 from .model import ATTENTION, check_device, load_model, model_meta
 
 if TYPE_CHECKING:
+    from ..data_parallel import Layout
     from .common import Subparsers
 
 TESTS_FAILED = 1
@@ -34,6 +37,9 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend (auto: Triton kernels on a GPU with 16-bit weights, else reference)")
+    p.add_argument("--tensor-parallel", type=at_least(1), default=1, metavar="N",
+                   help="split the model over N processes (launch with torchrun --nproc-per-node N)")
+    add_data_parallel(p)
     p.add_argument("--method", choices=METHODS, default="bon",
                    help="io: sample without tests; bon: best of N by public tests; beam/mcts: search over lines")
     p.add_argument("--prompts", choices=("base", "chat"),
@@ -87,10 +93,13 @@ def _ready(args: argparse.Namespace) -> None:
 
 
 def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: argparse.Namespace, meta: dict,
-         totals: Callable[[Sequence[Record]], dict[str, Any]], *, all_samples: bool = False) -> RunOutcome:
-    console = Console()
+         totals: Callable[[Sequence[Record]], dict[str, Any]], *, layout: Layout | None = None,
+         all_samples: bool = False) -> RunOutcome:
+    from ..data_parallel import run_problem_set
+
+    console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"{meta['task']} {method.method}",
-                         progress=not args.live)
+                         progress=not args.live and is_main_process())
 
     def solve(problem: Problem) -> Record:
         return search_problem(task, problem.data, lm, method, seed=problem_seed(args.seed, problem.data),
@@ -103,7 +112,8 @@ def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: arg
         return f"passed {passed}/{len(so_far.problems)}"
 
     problems = [Problem(id=key, data=key) for key in keys]
-    return run_problems(problems, solve, meta, options, totals=totals, on_record=report, console=console)
+    return run_problem_set(problems, solve, meta, options, layout=layout, totals=totals, on_record=report,
+                           console=console)
 
 
 def _totals_table(title: str, totals: dict[str, Any]) -> Table:
@@ -144,7 +154,9 @@ def run_apps(args: argparse.Namespace) -> int:
     method = _method(args)
     _ready(args)
     problems = _load_apps(args.data, selection)
-    lm = load_model(args.model, args.device, args.dtype, args.attention)
+    layout = join_launch(args)
+    lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
+                    args.tensor_parallel)
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
     split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
@@ -152,9 +164,10 @@ def run_apps(args: argparse.Namespace) -> int:
             "method": asdict(method), "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples shown in each statement (see thoughttree.tasks.code.split_public)",
             "hidden_tests": "every other test; used only for the final score"}
-    outcome = _run(task, [p.key for p in problems], lm, method, args, meta, apps_totals)
-    Console().print(_totals_table(f"{split}, {len(problems)} problems, method {method.method}", outcome.run.totals))
-    return finish(outcome, "apps")
+    outcome = _run(task, [p.key for p in problems], lm, method, args, meta, apps_totals, layout=layout)
+    Console(quiet=not is_main_process()).print(
+        _totals_table(f"{split}, {len(problems)} problems, method {method.method}", outcome.run.totals))
+    return finish(outcome, "apps") if is_main_process() else outcome.exit_code
 
 
 # -- humaneval -----------------------------------------------------------------------------------
@@ -179,17 +192,19 @@ def run_humaneval(args: argparse.Namespace) -> int:
         problems = humaneval.load()[args.start:args.end]
     except humaneval.HumanEvalDataError as exc:
         raise CliError(str(exc)) from exc
-    lm = load_model(args.model, args.device, args.dtype, args.attention)
+    layout = join_launch(args)
+    lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
+                    args.tensor_parallel)
     style, render = _style(args, lm)
     task = humaneval.HumanEval(problems, method.task_config(), style=style, render=render)
     meta = {"task": "humaneval", "start": args.start, "end": args.end, "method": asdict(method), "k": args.k,
             "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples in each docstring", "hidden_tests": "the problem's check function"}
     outcome = _run(task, [p.key for p in problems], lm, method, args, meta,
-                   lambda records: humaneval_totals(records, args.k), all_samples=method.method == "io")
-    Console().print(_totals_table(f"HumanEval {args.start}..{args.end - 1}, method {method.method}",
-                                  outcome.run.totals))
-    return finish(outcome, "humaneval")
+                   lambda records: humaneval_totals(records, args.k), layout=layout, all_samples=method.method == "io")
+    Console(quiet=not is_main_process()).print(
+        _totals_table(f"HumanEval {args.start}..{args.end - 1}, method {method.method}", outcome.run.totals))
+    return finish(outcome, "humaneval") if is_main_process() else outcome.exit_code
 
 
 # -- check-program -------------------------------------------------------------------------------
