@@ -110,6 +110,9 @@ def search(
         "seed": tree.seed,
         "budget": asdict(budget),
     }
+    engine = getattr(lm, "engine", None)
+    if engine is not None:  # which attention backend ran, as task run files record it
+        settings["attention"] = engine.attention
     run = _Run(lm, tree, ctx, strategy, settings)
     view = None
     if is_main_process():  # under a distributed launch only rank 0 draws

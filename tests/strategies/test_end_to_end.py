@@ -125,6 +125,7 @@ def test_same_seed_same_saved_tree_and_save_load_save(lm, tmp_path):
     b.save(tmp_path / "one.json")
     SearchResult.load(tmp_path / "one.json").save(tmp_path / "two.json")
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+    assert json.loads((tmp_path / "one.json").read_text())["meta"]["attention"] == lm.engine.attention
 
 
 def same_search(a: dict, b: dict) -> bool:
