@@ -115,7 +115,6 @@ class DecodeArena:
         self._host_step = torch.zeros(4, r, dtype=torch.int64, pin_memory=dev.type == "cuda")
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.graph_bytes = 0
-        self.rows = 0  # rows of the loaded work
         self.write_slots = self.step_in[2]
         self.num_write = 0
 
@@ -156,7 +155,6 @@ class DecodeArena:
             raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
         self._host_meta.numpy()[:] = flat
         self.meta.copy_(self._host_meta, non_blocking=True)
-        self.rows = rows
 
     def step(self, inputs: np.ndarray) -> torch.Tensor:
         """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths); logits [R_b, V]."""
