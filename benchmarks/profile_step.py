@@ -24,7 +24,7 @@ from thoughttree.kernels import WorkConfig
 from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
-from tree_decode import SHAPES, copy_bandwidth
+from tree_decode import SHAPES, copy_bandwidth, step_gpu_seconds
 
 
 def random_lm(shape: dict[str, int]) -> LM:
@@ -105,16 +105,7 @@ def main() -> None:
 
 def step_us(lm: LM, tree: ThoughtTree, branches: int) -> float:
     tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=8, ignore_eos=True))
-    arena = lm.engine.arena
-    graph = arena.graphs[max(arena.graphs)][0]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 20 * 1000
+    return step_gpu_seconds(lm, replays=20) * 1e6
 
 
 def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:

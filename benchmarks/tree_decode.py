@@ -80,7 +80,7 @@ def copy_bandwidth() -> float:
     return 2 * (4 << 30) / best
 
 
-def step_gpu_seconds(lm: LM) -> float:
+def step_gpu_seconds(lm: LM, replays: int = 10) -> float:
     """GPU time of one decode step: the last step's graph replayed back to back under CUDA events."""
     arena = lm.engine.arena
     if arena is None or not arena.graphs:
@@ -89,11 +89,11 @@ def step_gpu_seconds(lm: LM) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     graph.replay()
     start.record()
-    for _ in range(10):
+    for _ in range(replays):
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / 10 / 1000
+    return start.elapsed_time(end) / replays / 1000
 
 
 def ours(lm: LM, backend: str, graphs: bool, prompt: list[int], branches: int, tokens: int) -> tuple[float, float, float]:
