@@ -12,6 +12,7 @@ all-reduces of [branches, hidden] per layer and one gather of the vocabulary-sli
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -120,4 +121,10 @@ def run(args: argparse.Namespace, workloads: tuple[tuple[int, int, int], ...], b
                           f"{one / tp_ms:.2f}×", f"{floor:.2f}", f"{comm:.2f}", f"{tp_ms / floor:.2f}×")
     if rank == 0:
         Console(width=180).print(table)
+    # The decode graphs hold captured NCCL calls: free them on every rank before the group goes.
+    del lm, single
+    gc.collect()
+    if gpu:
+        torch.cuda.synchronize()
+    dist.barrier()
     dist.destroy_process_group()
