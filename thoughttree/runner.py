@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .interrupts import EXIT_CODES, Interrupts
-from .tree.serialize import RunFile, load_run
+from .tree.serialize import EntryTexts, RunFile, load_run
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -223,11 +223,13 @@ def run_problems(
 
     position = {pid: i for i, pid in enumerate(ids)}
 
+    encoded = EntryTexts()  # a finished record never changes: encode each one once
+
     def save() -> RunFile:
         ordered = sorted(records, key=lambda r: position[str(r["id"])])
         outcome.run = build_run(meta, len(mine), ordered, totals, before + time.perf_counter() - began)
         if outcome.path is not None:
-            outcome.run.save(outcome.path)
+            outcome.run.save(outcome.path, encoded)
         return outcome.run
 
     with Interrupts() as interrupts, _bar(len(mine), options, console) as bar:

@@ -81,6 +81,28 @@ def tree_from_dict(data: dict[str, Any], lm: Any = None) -> ThoughtTree:
     return tree
 
 
+def _dumps(data: Any) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+
+
+_SLOT = "\u0000problems\u0000"  # stands for the problem list while the rest is encoded
+
+
+class EntryTexts:
+    """Each problem entry's JSON text, encoded once: a run saved after every problem then costs
+    one new entry per save instead of all of them. An entry must not change once saved."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[dict[str, Any], str]] = {}
+
+    def text(self, entry: dict[str, Any]) -> str:
+        hit = self._texts.get(id(entry))
+        if hit is None or hit[0] is not entry:  # the entry is kept, so its id is never reused
+            hit = (entry, _dumps(entry))
+            self._texts[id(entry)] = hit
+        return hit[1]
+
+
 @dataclass
 class RunFile:
     """A saved run: settings in ``meta``, run totals in ``totals`` (top-level keys), one entry per problem."""
@@ -98,10 +120,21 @@ class RunFile:
             raise RunFileError(f"run totals may not use the reserved keys {sorted(clash)}")
         return {**self.totals, "format": FORMAT, "version": VERSION, "meta": self.meta, "problems": self.problems}
 
-    def save(self, path: str | Path) -> None:
+    def to_text(self, cache: EntryTexts | None = None) -> str:
+        """The file's JSON text; with ``cache`` each problem entry is encoded once across saves."""
+        data = self.to_dict()
+        if cache is None or not self.problems:
+            return _dumps(data) + "\n"
+        text = _dumps({**data, "problems": _SLOT})
+        if text.count(json.dumps(_SLOT)) != 1:  # the stand-in also occurs in a value: encode plainly
+            return _dumps(data) + "\n"
+        entries = ",\n  ".join(cache.text(e).replace("\n", "\n  ") for e in self.problems)
+        return text.replace(json.dumps(_SLOT), "[\n  " + entries + "\n ]", 1) + "\n"
+
+    def save(self, path: str | Path, cache: EntryTexts | None = None) -> None:
         """Write atomically (temp file then rename) so a crash never leaves half a file."""
         path = Path(path)
-        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        text = self.to_text(cache)
         tmp = path.with_name(path.name + ".tmp")
         try:
             tmp.write_text(text)
