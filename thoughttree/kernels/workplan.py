@@ -97,10 +97,12 @@ class WorkPlan:
 def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
     d = max(16, 1 << (head_dim - 1).bit_length())
-    # Three stages measured faster on an H200 than five, though five let Triton overlap more
-    # copies: the deeper buffers cost resident programs and the chunks are short.
+    # Five stages: each K/V tile's address comes from a slot-id load, and Triton's sm_90 pipeline
+    # overlaps that chain with the tile's math only from five stages on. 32-key tiles for the
+    # 16-row class, whose items are mostly short nodes and tails. Measured on an H200 against
+    # three stages and 64-key tiles (BENCHMARKS.md): 9-21% faster on every workload.
     if d <= 128:
-        shapes = [(16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)]
+        shapes = [(16, 32, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5)]
     else:
         shapes = [(16, 32, 4, 3), (64, 32, 4, 3)]
     shapes = sorted(tiles) if tiles else shapes
