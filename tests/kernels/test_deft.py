@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, tree_attention
+from thoughttree.kernels.deft import deft_work
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
@@ -20,6 +21,8 @@ CPU = dict(d=64, dtype=torch.float16, device="cpu")
 SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)  # forces many chunks per node on small trees
 ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge_block=4)  # one-token nodes shared
 PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
+NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items
+ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000)  # nodes < 64 read by the merge
 
 
 @pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])
@@ -118,7 +121,7 @@ def _random_tree(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED, PREFETCHED]))
+@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED, PREFETCHED, NO_FOLD, ALL_OWN]))
 def test_random_forests_with_partial_visibility(tree: tuple, group: int, config: WorkConfig) -> None:
     parents, lengths, queries, visible = tree
     depth_tokens = list(lengths)
@@ -148,3 +151,14 @@ def test_long_chain_of_short_nodes_is_split() -> None:
     parents = [-1] + list(range(n - 1))
     q, k, v, plan = build(parents, [7] * n, [n - 1, n - 2], None, h_q=4, h_kv=1, page_size=16, **CPU)
     assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)
+
+
+def test_own_keys_folded_into_the_merge_or_not() -> None:
+    # Queries at depths 10 and 89 of a chain of seven-token nodes: 77 own tokens are read by the
+    # merge, 630 are more than fold_own and go to partial items; both answers are exact.
+    n = 90
+    parents = [-1] + list(range(n - 1))
+    q, k, v, plan = build(parents, [7] * n, [10, n - 1, 0], None, h_q=4, h_kv=1, page_size=16, **CPU)
+    for config, folds in ((WorkConfig(), True), (NO_FOLD, False), (ALL_OWN, True)):
+        assert (deft_work(plan, 4, 1, CPU["d"], config).own_start is not None) == folds
+        assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)

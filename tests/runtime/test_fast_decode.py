@@ -11,6 +11,7 @@ import torch
 
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.kernels import WorkConfig
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
 CUDA = torch.cuda.is_available()
@@ -41,10 +42,12 @@ def model_dir(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("fast"), "qwen3" if CUDA else "llama", num_hidden_layers=2 if CUDA else 1)
 
 
-def test_fast_steps_equal_general_steps(model_dir) -> None:
+@pytest.mark.parametrize("fold_own", [128, 0], ids=["tails-in-merge", "tail-items"])
+def test_fast_steps_equal_general_steps(model_dir, fold_own: int) -> None:
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
     fast = _lm(model_dir, fast=True)
+    fast.engine.decode_work_config = WorkConfig(fold_own=fold_own)
     _, tokens, logprobs = _grow(fast, greedy, sampled)
     assert fast.stats.fast_steps > 0
     slow = _lm(model_dir, fast=False)
@@ -119,3 +122,19 @@ def test_graphed_greedy_decoding_matches_transformers(model_dir) -> None:
         chosen = logits.gather(1, torch.tensor(leaf.tokens, device="cuda")[:, None])[:, 0]
         # Each greedy bf16 choice is transformers' fp32 top token or within bf16 noise of it.
         assert (logits.max(-1).values - chosen).max().item() < 0.25
+
+
+def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> None:
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    runs = []
+    for fast in (True, False):
+        lm = _lm(model_dir, fast=fast)
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
+        lm.engine.decode_work_config = WorkConfig(fold_own=0)  # the same buffers, tails now as items
+        more = tree.expand(kids, n=1, sampling=greedy)
+        lm.engine.decode_work_config = WorkConfig()
+        last = tree.expand([k for ks in more for k in ks], n=1, sampling=greedy)
+        lm.check_integrity(tree)
+        runs.append([n.tokens for n in kids + [k for ks in more + last for k in ks]])
+    assert runs[0] == runs[1]

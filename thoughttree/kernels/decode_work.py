@@ -4,8 +4,10 @@ While a batch of branches is decoded, every step adds one token to each branch's
 changes nothing else. So the work splits in two: the shared part (each branch's parent path:
 the tree's KV chunks grouped with the queries below them, or each query's whole path for the
 per-sequence baseline) is planned once, and each tail is read by its own query through a fixed
-window of slots that grows by one entry per step. A step then updates only the tails' lengths
-and newest slots, which fit in a few fixed-size device buffers (and so in a CUDA graph).
+window of slots that grows by one entry per step: by the query's merge program when the window
+is at most ``WorkConfig.fold_own`` long, else by tail items of at most TAIL_PIECE tokens. A step
+then updates only the tails' lengths and newest slots, which fit in a few fixed-size device
+buffers (and so in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ class DecodeWork:
     """Host arrays (int64) of a decode run's work.
 
     host: shared items and tail items together, ordered by tile class, with merge lists; its
-        slot array ends with one window of ``tail_cap`` slots per query.
+        slot array ends with one window of ``tail_cap`` slots per query; when ``folded``, its own
+        range 1 is each query's tail window.
     tail_items: [n] index in ``host.items`` of each tail piece; tail_rows [n] its query;
-        tail_starts [n] the first tail token it covers (a piece reads at most TAIL_PIECE).
+        tail_starts [n] the first tail token it covers (a piece reads at most TAIL_PIECE);
+        empty when ``folded``.
     tail_base: [Q] index in ``host.slots`` of each query's tail window.
     """
 
@@ -38,6 +42,7 @@ class DecodeWork:
     tail_starts: np.ndarray
     tail_base: np.ndarray
     tail_cap: int
+    folded: bool
 
 
 def decode_work(
@@ -71,7 +76,8 @@ def decode_work(
     window = np.zeros((q, tail_cap), dtype=np.int64)
     for r, t in enumerate(tails):
         window[r, : len(t)] = t
-    pieces = -(-tail_cap // TAIL_PIECE)
+    folded = tail_cap <= cfg.fold_own
+    pieces = 0 if folded else -(-tail_cap // TAIL_PIECE)
     rows = np.repeat(np.arange(q), pieces)
     starts = np.tile(np.arange(pieces) * TAIL_PIECE, q)
     inv_perm = np.empty(q, dtype=np.int64)
@@ -83,6 +89,10 @@ def decode_work(
     tail[:, 4] = inv_perm[rows]
     tail[:, 5] = 1
     n_shared = len(shared.items)
+    tail_base = base + np.arange(q) * tail_cap
+    own_start, own_len = shared.own_start.copy(), shared.own_len.copy()
+    if folded:
+        own_start[1], own_len[1] = tail_base, lengths
     host = layout(
         q,
         np.concatenate([shared.slots, window.reshape(-1)]),
@@ -92,6 +102,8 @@ def decode_work(
         shared.q_perm,
         shared.q_node,
         shared.q_vis,
+        own_start,
+        own_len,
     )
     # Where each tail piece landed after layout's stable sort by class.
     order = np.argsort(np.concatenate([shared.item_class, np.zeros(len(rows), dtype=np.int64)]), kind="stable")
@@ -102,6 +114,7 @@ def decode_work(
         tail_items=position[n_shared:],
         tail_rows=rows,
         tail_starts=starts,
-        tail_base=base + np.arange(q) * tail_cap,
+        tail_base=tail_base,
         tail_cap=tail_cap,
+        folded=folded,
     )

@@ -5,8 +5,9 @@ read once and multiplied, on tensor cores, against all query rows of the item at
 query heads that share the KV head packed as consecutive rows (rows = queries x G). It writes a
 normalised partial output and its log2-sum-exp per row. Kernel 2 (:func:`_merge_kernel`), one
 program per (query, KV head), combines a query's partials along its path in a fixed order: no
-atomics, deterministic. Work items and workspaces come from :mod:`workplan` and are cached on
-the plan, so a call allocates only its output.
+atomics, deterministic; it then reads the query's own short ranges of keys itself (its short
+nodes, a decode tail), so they need no partial launch. Work items and workspaces come from
+:mod:`workplan` and are cached on the plan, so a call allocates only its output.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import triton
 import triton.language as tl
 
 from .plan import TreePlan
-from .workplan import ITEM_FIELDS, WorkConfig, WorkPlan, sequence_work, tree_work
+from .workplan import ITEM_FIELDS, OWN_RANGES, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
+OWN_BLOCK = 32  # keys per step when the merge reads a query's own keys
 
 
 @triton.jit
@@ -133,8 +135,10 @@ def _partial_kernel(
 @triton.jit
 def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
+    Q, K, V, SLOTS, OWN_START, OWN_LEN, own_stride, scale_log2, page_size,
+    stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr,
 ):
     query = tl.program_id(0)
     h = tl.program_id(1)
@@ -163,6 +167,26 @@ def _merge_kernel(
         acc = acc * alpha[:, None] + tl.sum(o * w[:, :, None], axis=0)
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
+    if OWN_RANGES > 0:
+        # The query's own keys, all visible: the same online softmax, continued from the merge
+        # (a partial with log2-sum-exp L and output O is 2^L keys' worth of weight on O).
+        q = tl.load(
+            Q + query.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=g_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        keys = tl.arange(0, BLOCK_K)
+        for r in tl.static_range(OWN_RANGES):
+            start = tl.load(OWN_START + r * own_stride + query)
+            n = tl.load(OWN_LEN + r * own_stride + query)
+            lim = tl.zeros([G_PAD], tl.int32) + n
+            for n0 in range(0, n, BLOCK_K):
+                ok = n0 + keys < n
+                k_row = _kv_rows(SLOTS, start + n0 + keys, ok, page_size, stride_kp, stride_ks, FLAT)
+                v_row = _kv_rows(SLOTS, start + n0 + keys, ok, page_size, stride_vp, stride_vs, FLAT)
+                k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+                v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+                m, l, acc = _attend(q, k, v, n0 + keys, lim, m, l, acc, scale_log2)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(
         OUT + query.to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
@@ -198,7 +222,9 @@ def run_work(
     h_kv = k_cache.shape[2]
     group = h_q // h_kv
     d_pad = max(16, triton.next_power_of_2(d))
-    g_pad = triton.next_power_of_2(group)
+    own = work.own_start is not None
+    # Reading own keys multiplies on tensor cores, whose tiles have at least 16 rows.
+    g_pad = max(16 if own else 1, triton.next_power_of_2(group))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
     if num_q == 0:
@@ -222,7 +248,12 @@ def run_work(
     _merge_kernel[(num_q, h_kv)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
-        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block, num_warps=4,
+        q, k_cache, v_cache, work.slots, work.own_start if own else work.slots, work.own_len if own else work.slots,
+        work.own_stride, scale * 1.4426950408889634, page_size,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
+        OWN_RANGES=OWN_RANGES if own else 0, BLOCK_K=OWN_BLOCK, FLAT=flat, num_warps=4,
     )
     return out
 

@@ -22,6 +22,9 @@ from .topology import concat_ranges
 # own-node queries), first reordered query, query count, first partial row.
 ITEM_FIELDS = 7
 OWN_PIECE = 512  # most tokens of a query's unshared short nodes one program reads
+# Own ranges per query, read by the merge program itself: 0, the short nodes on its path;
+# 1, its decode tail (see decode_work).
+OWN_RANGES = 2
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class WorkConfig:
     small_node: nodes shorter than this are not shared: each query reads their tokens itself,
     together with its other short nodes (a speculative token tree's one-token nodes would
     otherwise each cost every query below them a partial output that is bigger than the node).
+    fold_own: a query's own keys (its short nodes; in decode, its tail) up to this many are read
+    by its merge program instead of by partial items: one launch and one partial round trip
+    fewer per call. 0 never folds.
     """
 
     waves: float = 2.0
@@ -41,6 +47,7 @@ class WorkConfig:
     min_chunk: int | None = None
     max_block_m: int | None = None
     small_node: int = 8
+    fold_own: int = 128
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge loads per step. 1 measured fastest on an H200 (larger blocks build 3-D
     # register tiles that cost more than the memory round trips they save).
@@ -54,8 +61,8 @@ class WorkConfig:
                 raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
         if self.merge_block < 1 or self.merge_block & (self.merge_block - 1):
             raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
-        if self.small_node < 0:
-            raise ValueError(f"small_node must be non-negative, got {self.small_node}")
+        if self.small_node < 0 or self.fold_own < 0:
+            raise ValueError(f"small_node and fold_own must be non-negative, got {self.small_node}, {self.fold_own}")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,8 @@ class WorkPlan:
     Tensors: slots [S] int32 (the KV slot ids items index into); items [I, 7] int32;
     q_perm, q_node, q_vis [Q] int32 (original row, node and visible count of each reordered
     query); merge_offsets [Q + 1] and merge_rows [P] int32 (each query's partial rows, in order);
+    own_start, own_len [OWN_RANGES, Q] int32 views (rows ``own_stride`` apart): the slot-array
+    ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp).
     """
@@ -92,6 +101,9 @@ class WorkPlan:
     partial_lse: torch.Tensor
     classes: tuple[TileClass, ...]
     merge_block: int
+    own_start: torch.Tensor | None = None
+    own_len: torch.Tensor | None = None
+    own_stride: int = 0
 
 
 def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
@@ -137,7 +149,8 @@ class HostWork:
 
     slots [S]; items [I, 7] ordered by tile class with partial rows numbered; item_class [I];
     q_perm, q_node, q_vis [Q]; merge_offsets [Q + 1]; merge_rows [P]; shapes: the tile shape of
-    each class.
+    each class; own_start, own_len [OWN_RANGES, Q]: the slot ranges each original query's merge
+    reads itself.
     """
 
     slots: np.ndarray
@@ -149,6 +162,8 @@ class HostWork:
     merge_offsets: np.ndarray
     merge_rows: np.ndarray
     shapes: tuple[tuple[int, int, int, int], ...]
+    own_start: np.ndarray
+    own_len: np.ndarray
 
     @property
     def num_partials(self) -> int:
@@ -164,8 +179,13 @@ def layout(
     q_perm: np.ndarray,
     q_node: np.ndarray,
     q_vis: np.ndarray,
+    own_start: np.ndarray | None = None,
+    own_len: np.ndarray | None = None,
 ) -> HostWork:
-    """Order items by tile class, number their partial rows and build each query's merge list."""
+    """Order items by tile class, number their partial rows and build each query's merge list.
+
+    ``own_start``/``own_len`` [OWN_RANGES, Q]: ranges the merge reads itself (default none).
+    """
     order = np.argsort(item_class, kind="stable")
     items, item_class = items[order].copy(), item_class[order]
     counts = items[:, 5]
@@ -174,7 +194,9 @@ def layout(
     merge_rows = np.argsort(row_query, kind="stable")  # item order inside a query: deterministic
     merge_offsets = np.zeros(num_queries + 1, dtype=np.int64)
     np.cumsum(np.bincount(row_query, minlength=num_queries), out=merge_offsets[1:])
-    return HostWork(slots, items, item_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes))
+    none = np.zeros((OWN_RANGES, num_queries), dtype=np.int64)
+    return HostWork(slots, items, item_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes),
+                    none if own_start is None else own_start, none if own_len is None else own_len)
 
 
 def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -189,9 +211,10 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
 
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int) -> WorkPlan:
     """Device copy of ``host`` with its partial workspaces."""
-    dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = upload_int32(
-        [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows], device
-    )
+    folds = bool(host.own_len.any())
+    arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
+    dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
+    dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = dev[:7]
     classes = []
     for c, (bm, bn, warps, stages) in enumerate(host.shapes):
         idx = np.nonzero(host.item_class == c)[0]
@@ -209,6 +232,9 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         partial_lse=torch.empty(host.num_partials, num_q_heads, dtype=torch.float32, device=device),
         classes=tuple(classes),
         merge_block=merge_block,
+        own_start=dev[7] if folds else None,
+        own_len=dev[8] if folds else None,
+        own_stride=len(host.q_perm),
     )
 
 
@@ -274,6 +300,12 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     # chain of many short nodes) are split so one program never walks the whole chain.
     own_offsets, own_slots = plan.path_slots(small)
     own_len = np.diff(own_offsets)
+    folded = own_len <= cfg.fold_own  # read by the query's merge program (no item)
+    own_start = np.zeros((OWN_RANGES, len(own_len)), dtype=np.int64)
+    own_start[0] = len(plan.slots) + own_offsets[:-1]
+    fold_len = np.zeros_like(own_start)
+    fold_len[0] = np.where(folded, own_len, 0)
+    own_len = np.where(folded, 0, own_len)
     pieces = -(-own_len // OWN_PIECE)
     who = np.repeat(np.arange(len(own_len)), pieces)
     start = concat_ranges(np.zeros(len(own_len), dtype=np.int64), pieces) * OWN_PIECE
@@ -296,7 +328,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         np.concatenate([plan.slots, own_slots]),
         np.concatenate([items, own_items]),
         np.concatenate([c_cls[i_chunk], np.zeros(len(who), dtype=np.int64)]),
-        shapes, q_perm, qn[q_perm], qv[q_perm],
+        shapes, q_perm, qn[q_perm], qv[q_perm], own_start, fold_len,
     )
 
 

@@ -5,7 +5,8 @@ position, KV slot and tail length per row) and the attention work of :mod:`kerne
 padded to capacities. Loading a new run's work is one host-to-device copy; a step is one small
 copy of its inputs and then either the eager forward or the replay of a graph captured for the
 step's row bucket. Tail lengths and newest slots are written into the work on the device, inside
-the step, so the graph sees the tree grow without being captured again. Padding rows write
+the step (into the merge's own ranges when the tails are folded, else into the tail items), so
+the graph sees the tree grow without being captured again. Padding rows write
 their keys and values to the pool's scratch slot and are never read.
 """
 
@@ -18,7 +19,7 @@ import torch
 
 from ..kernels.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
-from ..kernels.workplan import ITEM_FIELDS, TileClass, WorkPlan
+from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan
 from .kv_pool import KVPool
 from .model import Transformer
 
@@ -85,16 +86,17 @@ class DecodeArena:
         self.mempool = torch.cuda.graph_pool_handle() if graphs else None
         self.replayed = False  # whether the last step replayed a graph
         # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
-        # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts.
+        # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts,
+        # own_start, own_len, and whether the tails are folded into the merge.
         r = cap.rows
         n_items = sum(cap.items) + 1
         self._sizes = [cap.slots + 1, n_items * ITEM_FIELDS, r, r, r, r + 1, cap.partials, r,
-                       cap.tail_pieces, cap.tail_pieces, cap.tail_pieces]
+                       cap.tail_pieces, cap.tail_pieces, cap.tail_pieces, OWN_RANGES * r, OWN_RANGES * r, 1]
         self.meta = torch.zeros(sum(self._sizes), dtype=torch.int32, device=dev)
         self._host_meta = torch.zeros(sum(self._sizes), dtype=torch.int32, pin_memory=dev.type == "cuda")
-        (slots, items, q_perm, q_node, q_vis, offsets, rows_, tail_base, tail_items, tail_rows, tail_starts) = torch.split(
-            self.meta, self._sizes
-        )
+        (slots, items, q_perm, q_node, q_vis, offsets, rows_, tail_base, tail_items, tail_rows, tail_starts,
+         own_start, own_len, self.tail_fold) = torch.split(self.meta, self._sizes)
+        self.own_len = own_len.view(OWN_RANGES, r)
         self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
         self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
         classes, first = [], 0
@@ -109,6 +111,7 @@ class DecodeArena:
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
             classes=tuple(classes), merge_block=merge_block,
+            own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
         )
         # Per-step inputs, one row each: token, position, KV slot, tail length (= tokens sampled).
         self.step_in = torch.zeros(4, r, dtype=torch.int64, device=dev)
@@ -149,6 +152,8 @@ class DecodeArena:
             pad(host.merge_rows, cap.partials), pad(work.tail_base, r, dummy_slot),
             pad(dest[work.tail_items], cap.tail_pieces, dummy_item), pad(work.tail_rows, cap.tail_pieces),
             pad(work.tail_starts, cap.tail_pieces),
+            np.concatenate([pad(host.own_start[0], r), pad(host.own_start[1], r, dummy_slot)]),
+            np.concatenate([pad(a, r) for a in host.own_len]), np.array([int(work.folded)]),
         ]
         flat = np.concatenate(parts)
         if flat.max(initial=0) >= 2**31:
@@ -193,6 +198,7 @@ class DecodeArena:
         self.slots[self.tail_base[:b].long() + tail_len - 1] = slots.int()
         piece_len = tail_len[self.tail_rows.long()] - self.tail_starts
         self.items[self.tail_items.long(), 1] = piece_len.clamp(0, TAIL_PIECE).int()
+        self.own_len[1, :b] = tail_len.int() * self.tail_fold
         self.write_slots, self.num_write = slots, b
         hidden = self.model.forward(ids, pos, self)
         return self.model.logits(hidden)
