@@ -13,21 +13,17 @@ own pages (a node starts on a page boundary), so
   node before the last fills its pages, and from the first node that ends mid-page on, a private
   copy of the rest of the path on fresh pages (built once, outside timing, appended to the pool).
 
-The page tables are plain numpy (tested on CPU); only the ``*_runner`` functions need FlashInfer.
+The page tables are plain numpy (tested on CPU); tree_flashinfer_run.py calls FlashInfer with them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from thoughttree.kernels import TreePlan
-
-WORKSPACE_BYTES = 256 * 2**20
-
 
 @dataclass(frozen=True)
 class Requests:
@@ -155,89 +151,3 @@ def paged_pool(k: torch.Tensor, v: torch.Tensor, tree: PagedTree) -> tuple[torch
     ids = torch.as_tensor(np.maximum(tree.copy_slots, 0), device=k.device)
     ext = lambda c: torch.cat([c, c.flatten(0, 1)[ids].view(-1, *c.shape[1:])])  # noqa: E731
     return ext(k), ext(v)
-
-
-def load_flashinfer() -> tuple[Any | None, str]:
-    """(the flashinfer module or None, a note: its version or why it is missing)."""
-    try:
-        import flashinfer
-    except ImportError as e:
-        return None, f"not installed ({e.name or e})"
-    return flashinfer, f"flashinfer {flashinfer.__version__}"
-
-
-def _dims(q: torch.Tensor, k: torch.Tensor) -> dict[str, Any]:
-    return dict(num_qo_heads=q.shape[1], num_kv_heads=k.shape[2], page_size=k.shape[1])
-
-
-def decode_runner(fi: Any, tree: PagedTree, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, workspace: torch.Tensor, tensor_cores: bool) -> tuple[Callable[[], None], Callable[[], torch.Tensor]]:
-    """(plan, run) of ``BatchDecodeWithPagedKVCacheWrapper`` over each row's whole path."""
-    wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
-    d = tree.decode
-
-    def plan() -> None:
-        _, indptr, indices, last = d.tensors("cpu")
-        wrapper.plan(indptr, indices, last, head_dim=q.shape[2], q_data_type=q.dtype, kv_data_type=k.dtype, **_dims(q, k))
-
-    plan()
-    return plan, lambda: wrapper.run(q, (k, v))
-
-
-def cascade_runner(fi: Any, tree: PagedTree, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, workspace: torch.Tensor, backend: str) -> tuple[Callable[[], None], Callable[[], torch.Tensor]]:
-    """(plan, run) of one ``BatchPrefillWithPagedKVCacheWrapper`` per tree depth on ``backend``, merged in place."""
-    wrappers = [fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend) for _ in tree.levels]
-    masks = [None if lv.merge is None else torch.as_tensor(lv.merge, device=q.device) for lv in tree.levels]
-
-    def plan() -> None:
-        for w, lv in zip(wrappers, tree.levels):
-            w.plan(*lv.tensors("cpu"), head_dim_qk=q.shape[2], causal=False, q_data_type=q.dtype, kv_data_type=k.dtype, **_dims(q, k))
-
-    def run() -> torch.Tensor:
-        out, lse = wrappers[0].run(q, (k, v), return_lse=True)
-        for w, m in zip(wrappers[1:], masks[1:]):
-            o, s = w.run(q, (k, v), return_lse=True)
-            fi.merge_state_in_place(out, lse, o, s, mask=m)
-        return out
-
-    plan()
-    return plan, run
-
-
-def library_cascade_runner(fi: Any, tree: PagedTree, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, workspace: torch.Tensor) -> tuple[Callable[[], None], Callable[[], torch.Tensor]] | str:
-    """(plan, run) of ``MultiLevelCascadeAttentionWrapper`` itself (backend "auto"), or why not."""
-    if any(lv.merge is not None for lv in tree.levels):
-        return "n/a: leaves at several depths need masked merges"
-    wrapper = fi.MultiLevelCascadeAttentionWrapper(len(tree.levels), workspace, "NHD")
-
-    def plan() -> None:
-        tables = [lv.tensors("cpu") for lv in tree.levels]
-        wrapper.plan(*([t[i] for t in tables] for i in range(4)), head_dim=q.shape[2], q_data_type=q.dtype, kv_data_type=k.dtype, **_dims(q, k))
-
-    plan()
-    return plan, lambda: wrapper.run(q, (k, v))
-
-
-FLASHINFER_BACKENDS = ("fi-decode", "fi-decode-tc", "fi-cascade-fa2", "fi-cascade-fa3", "fi-cascade-auto")
-LABELS = {
-    "fi-decode": "batch decode (CUDA cores)",
-    "fi-decode-tc": "batch decode (tensor cores)",
-    "fi-cascade-fa2": "cascade FA2",
-    "fi-cascade-fa3": "cascade FA3",
-    "fi-cascade-auto": "MultiLevelCascadeAttentionWrapper (auto)",
-}
-
-
-def runners(fi: Any, names: list[str], tree: PagedTree, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, workspace: torch.Tensor) -> dict[str, tuple[Callable[[], None], Callable[[], torch.Tensor]] | str]:
-    """Each named FlashInfer backend's planned (plan, run) over the paged pool, or why it failed."""
-    out: dict[str, tuple[Callable[[], None], Callable[[], torch.Tensor]] | str] = {}
-    for name in names:
-        try:
-            if name in ("fi-decode", "fi-decode-tc"):
-                out[name] = decode_runner(fi, tree, q, k, v, workspace, tensor_cores=name == "fi-decode-tc")
-            elif name in ("fi-cascade-fa2", "fi-cascade-fa3"):
-                out[name] = cascade_runner(fi, tree, q, k, v, workspace, backend=name[-3:])
-            else:
-                out[name] = library_cascade_runner(fi, tree, q, k, v, workspace)
-        except Exception as e:  # noqa: BLE001 - one backend failing must not stop the others
-            out[name] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else ''}"
-    return out
