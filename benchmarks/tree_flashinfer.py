@@ -60,10 +60,17 @@ class _Pages:
         self.plan, self.ps, self.next_page = plan, plan.page_size, num_pages
         self.copies: list[np.ndarray] = []
         self.cache: dict[tuple[int, ...], np.ndarray] = {}
+        self.whole: dict[int, bool] = {}
 
     def node_slots(self, node: int, n: int) -> np.ndarray:
         start = self.plan.node_offsets[node]
         return self.plan.slots[start : start + n]
+
+    def node_aligned(self, node: int, n: int) -> bool:
+        """Whether the node's first n tokens start a page and fill its pages in order."""
+        if node not in self.whole:
+            self.whole[node] = self.aligned(self.node_slots(node, int(self.plan.node_lengths[node])))
+        return self.whole[node] or self.aligned(self.node_slots(node, n))
 
     def aligned(self, slots: np.ndarray) -> bool:
         firsts = slots[:: self.ps]
@@ -74,12 +81,11 @@ class _Pages:
         """(page ids, tokens on the last page) holding these (node, tokens) segments back to back."""
         direct: list[np.ndarray] = []
         for i, (node, n) in enumerate(segments):
-            s = self.node_slots(node, n)
-            if not self.aligned(s) or (i < len(segments) - 1 and n % self.ps):
+            if not self.node_aligned(node, n) or (i < len(segments) - 1 and n % self.ps):
                 tail = np.concatenate([self.node_slots(m, k) for m, k in segments[i:]])
                 direct.append(self._copy(tail))
                 break
-            direct.append(s[:: self.ps] // self.ps)
+            direct.append(self.node_slots(node, n)[:: self.ps] // self.ps)
         total = sum(n for _, n in segments)
         return np.concatenate(direct), total - self.ps * (-(-total // self.ps) - 1)
 
