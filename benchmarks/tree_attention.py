@@ -42,13 +42,12 @@ BACKENDS = ("sdpa", "flex") + FLASHINFER_BACKENDS  # optional columns; ours and 
 SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one token)
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
+    WorkConfig(tiles=((16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3))),  # the previous default, for the record
     WorkConfig(),
+    WorkConfig(waves=1.5),
     WorkConfig(waves=1.0),
-    WorkConfig(waves=4.0),
-    WorkConfig(min_chunk=256),
+    WorkConfig(max_block_m=64),
     WorkConfig(merge_block=4),
-    WorkConfig(tiles=((16, 64, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5))),
-    WorkConfig(tiles=((16, 64, 4, 1), (64, 64, 4, 1), (128, 64, 8, 1))),  # register prefetch
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
@@ -201,7 +200,7 @@ def main() -> int:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "merge_block", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
+            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "max_block_m", "merge_block", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
             st.add_column(label or "default", justify="right")
         for r in sweep_rows:
             st.add_row(*r)
