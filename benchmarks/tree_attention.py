@@ -1,163 +1,154 @@
-"""Tree attention on one GPU: DeFT kernels against per-sequence decoding, SDPA and FlexAttention.
+"""Tree attention on one GPU: DeFT kernels against per-sequence decoding, SDPA, FlexAttention and FlashInfer.
 
-    PYTHONPATH=. python3 benchmarks/tree_attention.py [--sweep] [--markdown PATH]
+    PYTHONPATH=. python3 benchmarks/tree_attention.py [--sweep] [--markdown PATH] [--backends LIST]
+        [--only-flashinfer] [--workloads NAMES] [--flashinfer-cache DIR] [--jit-only] [--smoke]
 
 Per layer, Llama-3-8B heads (32 query heads, 8 KV heads, d=128, bf16), page size 16. Every
 timing replays a CUDA graph of one call with the L2 cache flushed before each replay. The floor
 is max(unique K/V + Q + O bytes / copy bandwidth, useful FLOPs / bf16 matmul rate), both rates
-measured in this run.
+measured in this run. When FlashInfer is importable its batch decode and multi-level cascade
+(FA2, FA3) run on the same pool (tree_flashinfer_run.py), each checked against per-sequence
+attention; its kernels are JIT-compiled on first use into $FLASHINFER_WORKSPACE_BASE/.cache/
+flashinfer (--flashinfer-cache), in a warm-up before any timing, so keep that folder between runs.
+--smoke runs rows 64x shorter on the CPU through the Triton interpreter (wall clock, no floor;
+minutes per row: pick one with --workloads).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
-from typing import Callable
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if not torch.cuda.is_available():  # the smoke run: Triton decides at decoration time, before the kernel imports
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
-from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
+from tree_flashinfer_run import FLASHINFER_BACKENDS, TOLERANCE, WORKSPACE_BYTES, best, failed, load_flashinfer, time_rows, warm_up  # noqa: E402
+from tree_timing import Timer, median_ms, roofs  # noqa: E402
+from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
 from thoughttree.kernels.deft import deft_work, run_work  # noqa: E402
 
 FLEX_BUDGET_S = 60.0  # stop compiling FlexAttention for new shapes after this much wall time
+BACKENDS = ("sdpa", "flex") + FLASHINFER_BACKENDS  # optional columns; ours and per-sequence always run
+SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one token)
+WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
+    WorkConfig(tiles=((16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3))),  # the previous default, for the record
     WorkConfig(),
+    WorkConfig(waves=1.5),
     WorkConfig(waves=1.0),
-    WorkConfig(waves=4.0),
-    WorkConfig(min_chunk=256),
+    WorkConfig(max_block_m=64),
     WorkConfig(merge_block=4),
-    WorkConfig(tiles=((16, 64, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5))),
-    WorkConfig(tiles=((16, 64, 4, 1), (64, 64, 4, 1), (128, 64, 8, 1))),  # register prefetch
 )
+COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
+FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
 
 
-class Timer:
-    """Median GPU time of a call: CUDA-graph replay after an L2 flush (eager if capture fails)."""
-
-    def __init__(self, reps: int = 25) -> None:
-        self.reps = reps
-        self.flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-
-    def __call__(self, fn: Callable[[], object]) -> tuple[float, bool]:
-        fn()
-        torch.cuda.synchronize()
-        run, graphed = fn, False
-        try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
-            run, graphed = graph.replay, True
-        except Exception:  # noqa: BLE001 - a baseline that cannot be captured is timed eagerly
-            torch.cuda.synchronize()
-        events = []
-        for _ in range(self.reps):
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in events) * 1e3, graphed
-
-
-def roofs() -> tuple[float, float]:
-    """(copy bandwidth bytes/s counting read + write, bf16 matmul FLOP/s), measured now."""
-    def best(fn: Callable[[], object], reps: int = 10) -> float:
-        fn()
-        out = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) * 1e-3)
-        return min(out)
-
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    copy = 2 * src.numel() / best(lambda: dst.copy_(src))
-    del src, dst
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    mm = 2 * n**3 / best(lambda: a @ b)
-    return copy, mm
-
-
-def plan_ms(w, node_slots) -> float:  # noqa: ANN001
-    times = []
-    for _ in range(7):
-        t = time.perf_counter()
-        plan = make_plan(w, node_slots, "cuda")
-        deft_work(plan, H_Q, H_KV, HEAD_DIM)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sweep", action="store_true", help="also time our kernel under a few work configs")
-    ap.add_argument("--markdown", help="write the table as Markdown to this path")
+    ap.add_argument("--markdown", help="write the tables as Markdown to this path")
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated optional backends, from: " + ", ".join(BACKENDS) + " (ours and per-sequence always run)")
+    ap.add_argument("--only-flashinfer", action="store_true", help="short run: ours, per-sequence and the FlashInfer backends only")
+    ap.add_argument("--workloads", help="comma-separated workload names (default: all ten)")
+    ap.add_argument("--flashinfer-cache", help="FlashInfer's JIT cache base; sets FLASHINFER_WORKSPACE_BASE (default: that variable, else $HOME)")
+    ap.add_argument("--jit-only", action="store_true", help="build FlashInfer's kernels into its cache, then stop")
+    ap.add_argument("--smoke", action="store_true", help="CPU smoke run: rows 64x shorter, Triton interpreter, wall clock")
     args = ap.parse_args()
+    chosen = [b.strip() for b in args.backends.split(",") if b.strip()]
+    bad = [b for b in chosen if b not in BACKENDS]
+    if bad:
+        ap.error(f"unknown backend {bad[0]!r}; choose from {', '.join(BACKENDS)}")
+    if args.only_flashinfer:
+        chosen = [b for b in chosen if b in FLASHINFER_BACKENDS]
+    if args.no_flex or args.smoke:
+        chosen = [b for b in chosen if b != "flex"]
+    args.chosen = chosen
+    names = [w.name for w in WORKLOADS]
+    want = [n.strip() for n in args.workloads.split(",") if n.strip()] if args.workloads else names
+    missing = [n for n in want if n not in names]
+    if missing:
+        ap.error(f"unknown workload {missing[0]!r}; choose from {', '.join(names)}")
+    args.rows = [w for w in WORKLOADS if w.name in want]
+    if args.smoke:
+        args.rows = [Workload(w.name, w.parents, tuple(max(1, n // SMOKE_SCALE) for n in w.lengths), w.query_nodes, w.query_visible) for w in args.rows]
+    if not args.smoke and not torch.cuda.is_available():
+        ap.error("no CUDA device: run on a GPU, or pass --smoke for the CPU interpreter smoke run")
+    return args
+
+
+def markdown(path: str, tables: list[tuple[list[str], list[list[str]]]]) -> None:
+    with open(path, "w") as f:
+        for header, body in tables:
+            if body:
+                f.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
+                f.writelines("| " + " | ".join(r) + " |\n" for r in body)
+                f.write("\n")
+
+
+def main() -> int:
+    args = parse_args()
+    if args.flashinfer_cache:
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(args.flashinfer_cache)
+    dev = torch.device("cpu" if args.smoke else "cuda")
     console = Console(width=200)
-    props = torch.cuda.get_device_properties(0)
     import triton
 
-    console.print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    name = torch.cuda.get_device_properties(0).name if dev.type == "cuda" else "CPU (Triton interpreter)"
+    console.print(f"device: {name}; torch {torch.__version__}, triton {triton.__version__}")
     console.print("command: PYTHONPATH=. python3 " + " ".join(sys.argv))
-    copy_bw, mm_rate = roofs()
-    console.print(f"roofs measured now: copy {copy_bw / 1e12:.2f} TB/s, bf16 matmul {mm_rate / 1e12:.0f} TFLOP/s")
-    try:
-        import flashinfer  # noqa: F401
-
-        flashinfer_note = "installed but not wired in"
-    except ImportError:
-        flashinfer_note = "n/a: not installed"
+    rates = roofs(dev)
+    if rates:
+        console.print(f"roofs measured now: copy {rates[0] / 1e12:.2f} TB/s, bf16 matmul {rates[1] / 1e12:.0f} TFLOP/s")
+    fi_names = [b for b in args.chosen if b in FLASHINFER_BACKENDS]
+    fi, fi_note = load_flashinfer(dev) if fi_names else (None, "not run (--backends)")
+    console.print(f"FlashInfer: {fi_note}")
+    workspace = None
+    if fi is not None:
+        console.print(f"FlashInfer JIT cache: {os.environ.get('FLASHINFER_WORKSPACE_BASE', os.path.expanduser('~'))}/.cache/flashinfer")
+        warm_slots, warm_pages = node_slot_arrays(WARM_UP)
+        warm_up(fi, fi_names, make_plan(WARM_UP, warm_slots, dev), warm_pages, console.print)
+        workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+    if args.jit_only:
+        return 0
     compiled_flex = None
-    if not args.no_flex:
+    if "flex" in args.chosen:
         from torch.nn.attention.flex_attention import flex_attention
 
         compiled_flex = torch.compile(flex_attention, dynamic=False)
-    timer = Timer()
+    timer = Timer(dev, reps=1 if args.smoke else 25)
     flex_spent = 0.0
-    cols = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
-    table = Table(title=f"tree attention per layer on {props.name} (bf16, 32/8 heads, d=128, page 16, L2 flushed)")
-    for c in cols:
+    table = Table(title=f"tree attention per layer on {name} (bf16, 32/8 heads, d=128, page 16" + (", L2 flushed)" if rates else ", smoke run: 64x shorter rows)"))
+    for c in COLS:
         table.add_column(c, justify="right" if c != "workload" else "left")
-    rows, sweep_rows = [], []
-    for w in WORKLOADS:
+    rows, sweep_rows, fi_rows = [], [], []
+    for w in args.rows:
         node_slots, num_pages = node_slot_arrays(w)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        k = torch.randn(num_pages, PAGE_SIZE, H_KV, HEAD_DIM, device="cuda", dtype=DTYPE, generator=gen)
-        v = torch.randn(num_pages, PAGE_SIZE, H_KV, HEAD_DIM, device="cuda", dtype=DTYPE, generator=gen)
-        q = torch.randn(len(w.query_nodes), H_Q, HEAD_DIM, device="cuda", dtype=DTYPE, generator=gen)
-        plan = make_plan(w, node_slots, "cuda")
+        gen = torch.Generator(device=dev).manual_seed(0)
+        k = torch.randn(num_pages, PAGE_SIZE, H_KV, HEAD_DIM, device=dev, dtype=DTYPE, generator=gen)
+        v = torch.randn(num_pages, PAGE_SIZE, H_KV, HEAD_DIM, device=dev, dtype=DTYPE, generator=gen)
+        q = torch.randn(len(w.query_nodes), H_Q, HEAD_DIM, device=dev, dtype=DTYPE, generator=gen)
+        plan = make_plan(w, node_slots, dev)
         ours, _ = timer(lambda: deft_tree_attention(q, k, v, plan))
         work = deft_work(plan, H_Q, H_KV, HEAD_DIM)
         partial_only, _ = timer(lambda: run_work(q, k, v, work, None, merge=False))
         seq, _ = timer(lambda: per_sequence_attention(q, k, v, plan))
-        diff = (deft_tree_attention(q, k, v, plan).float() - per_sequence_attention(q, k, v, plan).float()).abs().max().item()
-        sdpa = sdpa_gathered(q, k, v, plan)
-        sdpa_cell = sdpa if isinstance(sdpa, str) else "%.1f%s" % (lambda r: (r[0], "" if r[1] else " (eager)"))(timer(sdpa))
+        ref = per_sequence_attention(q, k, v, plan)
+        diff = (deft_tree_attention(q, k, v, plan).float() - ref.float()).abs().max().item()
+        sdpa_cell = "skipped"
+        if "sdpa" in args.chosen:
+            sdpa = sdpa_gathered(q, k, v, plan)
+            sdpa_cell = sdpa if isinstance(sdpa, str) else "%.1f%s" % (lambda r: (r[0], "" if r[1] else " (eager)"))(timer(sdpa))
         if compiled_flex is None:
             flex_cell = "skipped"
         elif flex_spent > FLEX_BUDGET_S:
@@ -171,36 +162,56 @@ def main() -> None:
                 flex_cell = f"error: {type(e).__name__}"
                 console.print(f"Flex on {w.name}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
             flex_spent += time.perf_counter() - t
+        fi_cell = fi_note
+        if fi is not None:
+            mine = time_rows(fi, fi_names, w.name, plan, num_pages, q, k, v, ref, timer, workspace)
+            fi_rows += mine
+            fi_cell = best(mine)
+        plan_ms = median_ms(lambda: deft_work(make_plan(w, node_slots, dev), H_Q, H_KV, HEAD_DIM), dev)
         nbytes, flops = unique_bytes_and_flops(plan)
-        floor = max(nbytes / copy_bw, flops / mm_rate) * 1e6
-        frac, speed = floor / ours, seq / ours
-        ok = frac >= 0.5 and (not w.star_16k or speed >= 3.0)
-        target = "met" if ok else ("miss: %.0f%% of floor" % (100 * frac) if frac < 0.5 else "miss: %.1f× < 3×" % speed)
-        row = [w.name, f"{ours:.1f}", f"{partial_only:.1f}+{ours - partial_only:.1f}", f"{seq:.1f}", sdpa_cell, flex_cell, flashinfer_note, f"{plan_ms(w, node_slots):.2f}",
-               f"{nbytes / ours / 1e6:.2f}", f"{floor:.1f}", f"{100 * frac:.0f}%", f"{speed:.1f}×", target, f"{diff:.1e}"]
+        speed = seq / ours
+        if rates:
+            floor = max(nbytes / rates[0], flops / rates[1]) * 1e6
+            frac = floor / ours
+            ok = frac >= 0.5 and (not w.star_16k or speed >= 3.0)
+            target = "met" if ok else ("miss: %.0f%% of floor" % (100 * frac) if frac < 0.5 else "miss: %.1f× < 3×" % speed)
+            floor_cells = [f"{floor:.1f}", f"{100 * frac:.0f}%"]
+        else:
+            floor_cells, target = ["n/a", "n/a"], "n/a"
+        row = [w.name, f"{ours:.1f}", f"{partial_only:.1f}+{ours - partial_only:.1f}", f"{seq:.1f}", sdpa_cell, flex_cell, fi_cell, f"{plan_ms:.2f}",
+               f"{nbytes / ours / 1e6:.2f}", *floor_cells, f"{speed:.1f}×", target, f"{diff:.1e}"]
         table.add_row(*row)
         rows.append(row)
         if args.sweep:
             sweep_rows.append([w.name] + [f"{timer(lambda c=c: deft_tree_attention(q, k, v, plan, config=c))[0]:.1f}" for c in SWEEP])
-        del k, v, q, plan
-        torch.cuda.empty_cache()
+        del k, v, q, plan, ref
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
     console.print(table)
-    console.print(f"FlashInfer: {flashinfer_note} on this machine (no network), so not measured. Flex is timed on the unique KV pre-gathered depth-first.")
+    if fi_rows:
+        ft = Table(title=f"{fi_note} on the same pool (plan() and page tables timed apart, as ours)")
+        for c in FI_COLS:
+            ft.add_column(c, justify="left" if c in FI_COLS[:2] else "right")
+        for r in fi_rows:
+            ft.add_row(*r)
+        console.print(ft)
+    console.print("Flex is timed on the unique KV pre-gathered depth-first.")
     if args.sweep:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            name = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "merge_block", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
-            st.add_column(name or "default", justify="right")
+            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "max_block_m", "merge_block", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
+            st.add_column(label or "default", justify="right")
         for r in sweep_rows:
             st.add_row(*r)
         console.print(st)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-            for r in rows:
-                f.write("| " + " | ".join(r) + " |\n")
+        markdown(args.markdown, [(COLS, rows), (FI_COLS, fi_rows)])
+    bad = failed(fi_rows)
+    if bad:
+        console.print(f"[red]{len(bad)} FlashInfer result(s) failed or differ from per-sequence attention by more than {TOLERANCE}[/red]")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

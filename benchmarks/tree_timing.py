@@ -1,0 +1,95 @@
+"""Timing for the tree-attention benchmark: CUDA-graph replay with the L2 flushed, or wall clock on CPU."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Timer:
+    """Median time of a call in µs, and whether it ran as a graph.
+
+    On CUDA: a CUDA graph of one call (eager if capture fails) replayed ``reps`` times, each after
+    a 512 MiB write that flushes the L2 cache, timed with events. On CPU (the interpreter smoke
+    run): the median wall time of ``reps`` eager calls.
+    """
+
+    def __init__(self, device: torch.device, reps: int = 25) -> None:
+        self.device, self.reps = device, reps
+        self.flush = torch.empty(512 * 2**20, dtype=torch.uint8, device=device) if device.type == "cuda" else None
+
+    def __call__(self, fn: Callable[[], object]) -> tuple[float, bool]:
+        fn()
+        if self.flush is None:
+            return median_ms(fn, self.device, self.reps) * 1e3, False
+        torch.cuda.synchronize()
+        run, graphed = fn, False
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            run, graphed = graph.replay, True
+        except Exception:  # noqa: BLE001 - a baseline that cannot be captured is timed eagerly
+            torch.cuda.synchronize()
+        events = []
+        for _ in range(self.reps):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in events) * 1e3, graphed
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, reps: int = 7) -> float:
+    """Median wall time of ``reps`` calls in ms, each waited for (host work plus any upload)."""
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def roofs(device: torch.device) -> tuple[float, float] | None:
+    """(copy bandwidth bytes/s counting read + write, bf16 matmul FLOP/s) measured now; None on CPU."""
+    if device.type != "cuda":
+        return None
+
+    def best(fn: Callable[[], object], reps: int = 10) -> float:
+        fn()
+        out = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) * 1e-3)
+        return min(out)
+
+    src = torch.empty(2**30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy = 2 * src.numel() / best(lambda: dst.copy_(src))
+    del src, dst
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    mm = 2 * n**3 / best(lambda: a @ b)
+    return copy, mm
