@@ -48,6 +48,7 @@ SWEEP = (
     WorkConfig(waves=1.0),
     WorkConfig(max_block_m=64),
     WorkConfig(merge_block=4),
+    WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
