@@ -45,9 +45,7 @@ SWEEP = (
     WorkConfig(tiles=((16, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3))),  # the previous default, for the record
     WorkConfig(),
     WorkConfig(waves=1.5),
-    WorkConfig(waves=1.0),
     WorkConfig(max_block_m=64),
-    WorkConfig(merge_block=4),
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
