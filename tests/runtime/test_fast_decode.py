@@ -58,6 +58,16 @@ def test_fast_steps_equal_general_steps(model_dir, fold_own: int) -> None:
         assert a == pytest.approx(b, abs=2e-2)
 
 
+def _plans_needed(lengths: list[int]) -> int:
+    """Decode runs for branches of these lengths: finished ones ride along until half have finished."""
+    plans, rows = 0, 0
+    for k in range(1, max(lengths)):
+        still = sum(n > k for n in lengths)
+        if still and 2 * still <= rows or rows == 0:
+            plans, rows = plans + 1, still
+    return plans
+
+
 def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> None:
     fast = _lm(model_dir, fast=True)
     probe = ThoughtTree(fast, prompt=list(range(3, 30)), seed=0)
@@ -69,9 +79,12 @@ def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> No
     results = []
     for lm in (fast, _lm(model_dir, fast=False)):
         tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        builds = lm.stats.plan_builds
         got = tree.expand([tree.root], n=4, sampling=sampling)[0]
         lm.check_integrity(tree)
         results.append([(k.tokens, k.metadata["finish_reason"]) for k in got])
+        if lm is fast:
+            assert lm.stats.plan_builds - builds == _plans_needed([len(k.tokens) for k in got])
     assert results[0] == results[1]
     assert results[0][0][1] == "stop" and len(results[0][0][0]) == 3
     assert len({len(t) for t, _ in results[0]}) > 1

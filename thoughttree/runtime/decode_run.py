@@ -1,10 +1,12 @@
-"""The decode steps of one batch of branches, from its second token until its rows change.
+"""The decode steps of one batch of branches, from its second token until half of them finish.
 
-Built once when a batch starts decoding on fixed buffers, and again only when some of its
-branches finish: it plans the shared part of the tree (each branch's parent path), loads it with
-the tails into the engine's :class:`graphs.DecodeArena`, and puts the rows' sampling parameters
-on the device. Each step then costs a copy of four numbers per row, the forward (a graph replay
-on the GPU), the sampling kernel and one copy of the chosen tokens back.
+Built once when a batch starts decoding on fixed buffers: it plans the shared part of the tree
+(each branch's parent path), loads it with the tails into the engine's
+:class:`graphs.DecodeArena`, and puts the rows' sampling parameters on the device. Each step then
+costs a copy of four numbers per row, the forward (a graph replay on the GPU), the sampling
+kernel and one copy of the chosen tokens back. A branch that finishes stays in the batch as a
+padding row (it writes to the scratch slot and its output is dropped) until half the rows have
+finished, so branches that end at different steps do not make every step plan again.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ if TYPE_CHECKING:
 
 
 class DecodeRun:
-    """Fixed-buffer decode steps for ``requests``, whose generated segments are ``tails``."""
+    """Fixed-buffer decode steps for ``requests`` (the engine's request numbers ``ids``), whose
+    generated segments are ``tails``."""
 
-    def __init__(self, engine: Engine, requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
+    def __init__(self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
         self.engine, self.requests, self.tails = engine, list(requests), list(tails)
+        self.row_of = {i: row for row, i in enumerate(ids)}
         cfg, dev = engine.model.cfg, engine.model.device
         order: list[Segment] = []
         index: dict[int, int] = {}
@@ -62,21 +66,31 @@ class DecodeRun:
         stats.plan_builds += 1
         stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
 
-    def step(self) -> torch.Tensor:
-        """Forward every row's newest token and sample the next; [R, 2] float64 (token, log-prob)."""
+    def keeps(self, ids: Sequence[int]) -> bool:
+        """Whether the next step of requests ``ids`` (a subset of this run's) goes on with this run."""
+        return 2 * len(ids) > len(self.tails) and all(i in self.row_of for i in ids)
+
+    def step(self, ids: Sequence[int]) -> torch.Tensor:
+        """Forward the newest token of requests ``ids`` and sample the next; [len(ids), 2] float64
+        (token, log-prob). The run's other rows have finished: they write to the scratch slot."""
         tails = self.tails
         r = len(tails)
+        alive = np.array([self.row_of[i] for i in ids], dtype=np.int64)
         inputs = np.empty((4, r), dtype=np.int64)
-        inputs[0] = [t.tokens[-1] for t in tails]
-        inputs[2] = [t.slots[-1] for t in tails]
         inputs[3] = [len(t.tokens) for t in tails]
-        inputs[1] = np.fromiter((t.start for t in tails), dtype=np.int64, count=r) + inputs[3] - 1
+        inputs[0] = 0
+        inputs[2] = self.engine.kv.pool.scratch_slot
+        inputs[1] = 0
+        live = [tails[row] for row in alive]
+        inputs[0, alive] = [t.tokens[-1] for t in live]
+        inputs[2, alive] = [t.slots[-1] for t in live]
+        inputs[1, alive] = np.fromiter((t.start for t in live), dtype=np.int64, count=len(live)) + inputs[3, alive] - 1
         replays = len(self.arena.graphs)
         logits = self.arena.step(inputs)[:r]
-        for t in tails:
+        for t in live:
             t.written = len(t.tokens)
         stats = self.engine.stats
-        grown = int(inputs[3].sum())
+        grown = int(inputs[3, alive].sum())
         stats.forward_steps += 1
         stats.fast_steps += 1
         stats.graph_replays += int(self.arena.replayed)
@@ -84,7 +98,10 @@ class DecodeRun:
         stats.unique_tokens += self.shared_tokens + grown
         if len(self.arena.graphs) != replays:
             stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
+        every = len(alive) == r
         if self.filtered:
-            params = [q.sampling for q in self.requests]
-            return sample_packed(logits, params, [q.seed for q in self.requests], inputs[3].tolist(), fused=True)
-        return gumbel_sample(logits, self.temperature, self.seeds, self.arena.step_in[3, :r])
+            reqs = [self.requests[row] for row in alive]
+            rows = logits if every else logits[torch.from_numpy(alive).to(logits.device)]
+            return sample_packed(rows, [q.sampling for q in reqs], [q.seed for q in reqs], inputs[3, alive].tolist(), fused=True)
+        packed = gumbel_sample(logits, self.temperature, self.seeds, self.arena.step_in[3, :r])
+        return packed if every else packed[torch.from_numpy(alive).to(packed.device)]

@@ -206,9 +206,9 @@ class Engine:
                 if not still:
                     break
                 if self.fast_decode:
-                    if run is None or still != active:
-                        run = DecodeRun(self, [requests[i] for i in still], [outs[i].segment for i in still])
-                    packed = run.step()
+                    if run is None or not run.keeps(still):
+                        run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                    packed = run.step(still)
                 else:
                     logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
                     steps = [len(outs[i].tokens) for i in still]
