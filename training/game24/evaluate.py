@@ -8,11 +8,11 @@ them; none of their four- or three-number states is in the training data (see
 
 - propose: share of greedy and sampled (T=1) completions that are valid steps, and share of
   those that keep 24 reachable;
-- value: greedy label against the solver's label, per number count, also on states that never
-  occur in training (a three-number state's greedy completion writes its value chain first:
-  also the share of chains written exactly); and the calibration of P(24 reachable) =
-  p(sure) + p(likely) from the label probabilities (read after the greedy chain where there is
-  one; Brier score, expected calibration error over 10 bins);
+- value: the most probable label against the solver's label, per number count, also on states
+  that never occur in training, with the label probabilities read after the greedy value chain
+  for three numbers (also: the share of chains written exactly, and their length); and the
+  calibration of P(24 reachable) = p(sure) + p(likely) from the same probabilities (Brier
+  score, expected calibration error over 10 bins);
 - io / cot: greedy success, and the mean and any-of-k success of k samples (T=1);
 - bfs: a plain Tree-of-Thoughts breadth-first search (k proposals per node at each depth,
   value = expected label score from the label probabilities, after the greedy value chain for
@@ -118,12 +118,15 @@ def eval_propose(gen: Generator, states: dict[str, list[State]], samples: int) -
     return result
 
 
-def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State]) -> dict:
-    result = {}
+def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State]) -> tuple[dict, dict]:
+    """Accuracy of the most probable label (read after the greedy value chain where there is one)
+    and the calibration of P(24 reachable), per group."""
+    result, calibrated = {}, {}
     for name, group in states.items():
-        outs = gen.generate([value_prompt(s) for s in group], max_new_tokens=MAX_CHAIN, sample=False)
+        probs, chains, tokens = gen.value_probs(group)
         truth = [value_label(s) for s in group]
-        hits = [parse_value(o) == t for o, t in zip(outs, truth)]
+        guess = [VALUE_LABELS[i] for i in probs.argmax(-1).tolist()]
+        hits = [g == t for g, t in zip(guess, truth)]
         recall = {label: _share([h for h, t in zip(hits, truth) if t == label])
                   for label in VALUE_LABELS if label in truth}
         unseen = [h for h, s in zip(hits, group) if s not in seen]
@@ -131,11 +134,13 @@ def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State])
                         "balanced_accuracy": round(sum(recall.values()) / len(recall), 4),
                         "label_counts": {label: truth.count(label) for label in VALUE_LABELS},
                         "unseen_n": len(unseen), "unseen_accuracy": _share(unseen)}
-        chained = [(o, s) for o, s in zip(outs, group) if value_has_chain(s)]
+        chained = [(c, s) for c, s in zip(chains, group) if value_has_chain(s)]
         if chained:
-            result[name]["chain_exact"] = _share([o.split("\n", 1)[0] == value_chain(s) for o, s in chained])
-            result[name]["example"] = outs[0]
-    return result
+            result[name]["chain_exact"] = _share([c == value_chain(s) for c, s in chained])
+            result[name]["chain_tokens_mean"] = round(tokens / len(chained), 1)
+            result[name]["example"] = chained[0][0]
+        calibrated[name] = calibration(probs, [is_solvable(s) for s in group])
+    return result, calibrated
 
 
 def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> dict:
@@ -150,11 +155,6 @@ def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> d
             ece += len(inside) / len(p) * abs(gap)
     return {"n": len(p), "brier": round(brier, 4), "ece": round(ece, 4),
             "mean_p": round(sum(p) / max(1, len(p)), 4), "positive_rate": _share(list(truth))}
-
-
-def eval_calibration(gen: Generator, states: dict[str, list[State]]) -> dict:
-    return {name: calibration(gen.value_probs(group)[0], [is_solvable(s) for s in group])
-            for name, group in states.items() if group}
 
 
 def eval_answers(gen: Generator, puzzles: list[tuple[int, ...]], samples: int) -> dict:
@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--limit", type=int, default=None, help="use only this many states per group (smoke test)")
@@ -241,11 +241,11 @@ def main() -> None:
                     "2_reachable": pick(two, 300)}
     value_sets = {"4": pick(test_states[4], 100), "3": pick(test_states[3], 2000),
                   "2": pick(test_states[2], 2000), "2_reachable": pick(two, 500)}
+    value, value_calibration = eval_value(gen, value_sets, seen)
     report = {"model": str(args.model), "device": args.device, "dtype": args.dtype, "seed": args.seed,
               "held_out": "puzzles 900-999 and the states reachable from them",
               "propose": eval_propose(gen, propose_sets, samples=5),
-              "value": eval_value(gen, value_sets, seen),
-              "value_calibration": eval_calibration(gen, value_sets),
+              "value": value, "value_calibration": value_calibration,
               "answers": eval_answers(gen, puzzles, args.samples),
               "bfs": eval_bfs(gen, puzzles, breadth=5, proposals=(20, 8, 2)),
               "bfs_20_6_2_proposals": eval_bfs(gen, puzzles, breadth=5, proposals=(20, 6, 2))}

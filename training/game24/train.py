@@ -115,6 +115,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON training summary here")
+    parser.add_argument("--kinds", default=",".join(KIND_IDS),
+                        help="comma-separated example kinds to train on (default all: propose,value,io,cot)")
     args = parser.parse_args(argv)
     if (args.steps is None) == (args.time_budget_s is None):
         parser.error("give exactly one of --steps and --time-budget-s")
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     started = time.time()
-    examples = generate_examples(DataConfig(seed=args.seed))
+    examples = generate_examples(DataConfig(seed=args.seed, kinds=tuple(args.kinds.split(","))))
     counts = Counter(e.kind for e in examples)
     sha = data_sha256(examples)
     print(f"data: {len(examples)} examples {dict(counts)} in {time.time() - started:.1f}s", flush=True)
