@@ -18,7 +18,7 @@ from thoughttree.kernels.deft import deft_work
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
 CPU = dict(d=64, dtype=torch.float16, device="cpu")
-SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)  # forces many chunks per node on small trees
+SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0))  # many chunks per node, every tile size
 ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge_block=4)  # one-token nodes shared
 PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
 NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from thoughttree.kernels import deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
+from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
@@ -34,6 +34,8 @@ def test_tree_shapes_at_scale(kind: str, page_size: int) -> None:
     qn = leaves(parents) * 9  # many queries per leaf so shared chunks span several tiles
     q, k, v, plan = build(parents, lengths, qn, None, h_q=32, h_kv=8, d=128, page_size=page_size, dtype=torch.bfloat16, device="cuda")
     assert_close_to_reference(tree_attention(q, k, v, plan), q, k, v, plan)
+    wide = WorkConfig(wide_tiles=(0, 0))  # 128-row tiles wherever the rows fill them
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=wide), q, k, v, plan)
 
 
 def test_long_star_and_prefill_and_token_tree() -> None:

@@ -40,6 +40,9 @@ class WorkConfig:
     fold_own: a query's own keys (its short nodes; in decode, its tail) up to this many are read
     by its merge program instead of by partial items: one launch and one partial round trip
     fewer per call. 0 never folds.
+    wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
+    use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
+    H200: 128-row tiles win only on long nodes with many rows (compute-bound chunks).
     """
 
     waves: float = 2.0
@@ -48,6 +51,7 @@ class WorkConfig:
     max_block_m: int | None = None
     small_node: int = 8
     fold_own: int = 128
+    wide_tiles: tuple[int, int] = (256, 8192)
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge loads per step. 1 measured fastest on an H200 (larger blocks build 3-D
     # register tiles that cost more than the memory round trips they save).
@@ -61,8 +65,8 @@ class WorkConfig:
                 raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
         if self.merge_block < 1 or self.merge_block & (self.merge_block - 1):
             raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
-        if self.small_node < 0 or self.fold_own < 0:
-            raise ValueError(f"small_node and fold_own must be non-negative, got {self.small_node}, {self.fold_own}")
+        if self.small_node < 0 or self.fold_own < 0 or min(self.wide_tiles) < 0:
+            raise ValueError(f"small_node, fold_own and wide_tiles must be non-negative, got {self}")
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,10 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     nodes = np.nonzero((hi > lo) & (lengths > 0) & ~small)[0]
     rows = (hi - lo)[nodes] * group
     cls = np.minimum(np.searchsorted(bm_of, rows, side="left"), len(shapes) - 1)
+    narrow = np.searchsorted(bm_of, 64, side="right") - 1  # the largest class of at most 64 rows
+    if narrow >= 0:
+        wide = (rows >= cfg.wide_tiles[0]) & (lengths[nodes] >= cfg.wide_tiles[1])
+        cls = np.where(wide, cls, np.minimum(cls, narrow))
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-(hi - lo)[nodes] // per_block)
     cost = _cost(bm_of[cls])
