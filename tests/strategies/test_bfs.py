@@ -104,15 +104,3 @@ def test_sampling_settings_reach_the_model():
     result = search(task, BFS(breadth=1, samples=1, depth=1), lm, problem="Q")
     child = result.tree.root.children[0]
     assert child.text == "abc" and child.metadata["finish_reason"] == "length"
-
-
-def test_samples_per_depth():
-    lm = FakeLM(children=TABLE)
-    result = search(ScriptTask(VALUES), BFS(breadth=2, samples=(3, 1), depth=2), lm, problem="Q")
-    assert [c for c in lm.calls if c[0] == "generate"] == [("generate", 3), ("generate", 2)]
-    assert [n.path_text(include_root=False) for n in result.tree.nodes if n.depth == 2] == ["a;d;", "b;g;"]
-    assert BFS(samples=[4, 2, 1]).config.samples == (4, 2, 1)
-    assert BFS(samples=(4, 2)).samples_at(5) == 2
-    for bad in ((), (2, 0)):
-        with pytest.raises(ValueError, match="samples"):
-            BFS(samples=bad)

@@ -117,26 +117,3 @@ def test_label_probs_is_the_expected_label_score(tiny_model_dir):
     same_start = LabelProbs(prompt=lambda p, n: "value:", labels={"ab": 1.0, "ac": 0.0})
     with pytest.raises(TaskError, match="first tokens differ"):
         same_start.evaluate(FakeLM(), None, nodes, seed=0)  # one token per character: both start with "a"
-
-
-def test_reasoned_label_probs_reads_the_labels_after_a_greedy_chain(tiny_model_dir):
-    from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
-    from thoughttree.tasks import LabelProbs, ReasonedLabelProbs
-
-    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
-    tree = ThoughtTree(lm, prompt="the quick brown fox")
-    nodes = [tree.root.extend(t) for t in (" jumps", " over the")]
-    labels = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
-    chain = Sampling(max_tokens=5, temperature=0.0)
-    evaluator = ReasonedLabelProbs(prompt=lambda problem, node: f"value: {node.text}\n", labels=labels,
-                                   reasons=lambda problem, node: "jumps" in node.text, sampling=chain)
-    before = lm.stats.generated_tokens
-    values = evaluator.evaluate(lm, None, nodes, seed=0)
-    assert lm.stats.generated_tokens - before == 5, "only the first node writes a chain"
-    written = lm.complete([f"value: {nodes[0].text}\n"], chain, [1])[0].text
-    plain = LabelProbs(prompt=lambda problem, node: f"value: {node.text}\n", labels=labels)
-    with_chain = LabelProbs(prompt=lambda problem, node: f"value: {node.text}\n{written}", labels=labels)
-    assert values[0] == pytest.approx(with_chain.evaluate(lm, None, nodes[:1], seed=0)[0], rel=1e-5)
-    assert values[1] == pytest.approx(plain.evaluate(lm, None, nodes[1:], seed=0)[0], rel=1e-5)
-    with pytest.raises(ValueError, match="greedily"):
-        ReasonedLabelProbs(prompt=lambda p, n: "", labels=labels, reasons=lambda p, n: True, sampling=Sampling())

@@ -13,7 +13,6 @@ from thoughttree.tasks.game24 import (
     parse_propose, parse_value, path_answer, value_label,
 )
 from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots, training_states
-from thoughttree.tasks.game24.formats import value_completion
 
 
 def _state_of(example: Example) -> tuple:
@@ -53,11 +52,10 @@ def test_kinds_and_balance(examples: list[Example]) -> None:
     three = [e for e in examples if e.kind == "value" and len(_state_of(e)) == 3]
     states = training_states()[3]
     assert len(three) == 2 * len(states)
-    assert all(e.completion == value_completion(value_label(_state_of(e)), _state_of(e)) for e in three)
-    likely = sum(parse_value(e.completion) == "likely" for e in three) / len(three)
+    likely = sum(e.completion == "likely\n" for e in three) / len(three)
     assert likely == pytest.approx(sum(is_solvable(s) for s in states) / len(states))
-    labels = Counter(parse_value(e.completion) for e in examples if e.kind == "value")
-    assert labels["sure"] > 1000 and labels["likely"] > 1000
+    labels = Counter(e.completion for e in examples if e.kind == "value")
+    assert labels["sure\n"] > 1000 and labels["likely\n"] > 1000
 
 
 def test_every_target_is_correct(examples: list[Example]) -> None:

@@ -13,7 +13,6 @@ from thoughttree.tasks.game24 import (
     VALUE_LABELS, cot_prompt, io_prompt, make_state, next_steps, parse_propose, parse_value,
     path_answer, propose_prompt, solve, value_prompt,
 )
-from thoughttree.tasks.game24.chain import propose_targets, value_chain
 from thoughttree.tasks.game24.formats import cot_completion, io_completion, propose_completion, value_completion
 from thoughttree.tasks.game24.prompts import few_shot_cot_prompt, few_shot_value_prompt
 
@@ -40,8 +39,6 @@ def _format_texts() -> list[str]:
              value_prompt(("591/49", "3/7")), few_shot_cot_prompt(puzzle), few_shot_value_prompt((4, 6))]
     texts += [value_completion(label) for label in VALUE_LABELS]
     texts += [propose_completion(step) for step in next_steps((1, 5, 5, 5))]
-    texts += [value_completion("impossible", ("1/12", 13, 169)), value_completion("likely", (2, 9, 13))]
-    texts += [propose_completion(steps[0], pairing) for pairing, steps in propose_targets(("5/3", 7, 12))]
     return texts
 
 
@@ -75,18 +72,13 @@ def test_model_loads_and_answers_in_format(tokenizer, model) -> None:
     assert model.config.vocab_size == len(tokenizer)
     assert 3_000_000 < sum(p.numel() for p in model.parameters()) < 8_000_000
 
-    def greedy(prompt: str, tokens: int = 40) -> str:
+    def greedy(prompt: str) -> str:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
-        out = model.generate(ids, max_new_tokens=tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+        out = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id)
         return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
     state = make_state((4, 5, 6, 10))
     assert parse_propose(greedy(propose_prompt(state)), state).valid
     assert parse_value(greedy(value_prompt((4, 6)))) == "sure"
-    # three numbers: the value chain, then the label (1 1 1 is in training, 2 9 13 is held out)
-    assert greedy(value_prompt((1, 1, 1)), 260) == f"{value_chain((1, 1, 1))}\nimpossible\n"
-    assert parse_value(greedy(value_prompt((2, 9, 13)), 260)) == "likely"
-    three = make_state((2, 9, 13))
-    check = parse_propose(greedy(propose_prompt(three), 140), three)
-    assert check.valid
+    assert parse_value(greedy(value_prompt((1, 1, 1)))) == "impossible"

@@ -68,34 +68,11 @@ def test_direct_answers() -> None:
         (dict(method="magic"), "unknown method"),
         (dict(breadth=0), "--breadth"),
         (dict(puzzles=("4 5 x 10",)), "not a whole number"),
-        (dict(method="mcts", samples=(20, 8)), "is for --method bfs"),
-        (dict(samples=(20, 0)), "counts >= 1"),
     ],
 )
 def test_run_settings_are_checked(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Game24Run(**kwargs)
-
-
-def test_compact_chains_are_read_and_stripped() -> None:
-    from thoughttree.strategies import BFS
-    from thoughttree.tasks import ReasonedLabelProbs
-    from thoughttree.tasks.game24.chain import value_chain
-
-    task, problem = Game24(), "4 5 6 10"
-    tree = _tree()
-    a = tree.add_child(tree.root, [4], "10 - 4 = 6 (left: 5 6 6)\n")
-    chain = "6: 18 30 144 4 1/4 ; 5 6: 11 1 30 6/5 5/6 => 5 * 6 = 30 (left: 6 30)\nmore"
-    assert task.split(problem, a, chain) == ["5 * 6 = 30 (left: 6 30)\n"]
-    assert task.accept(problem, a, task.split(problem, a, chain)[0])
-    evaluator = task.evaluator()
-    assert isinstance(evaluator, ReasonedLabelProbs) and evaluator.sampling.greedy
-    assert evaluator.reasons(problem, a) and not evaluator.reasons(problem, tree.root)
-    assert len(value_chain((5, 6, 6))) < evaluator.sampling.max_tokens
-    bfs_task, bfs = Game24Run().task_and_strategy()
-    assert isinstance(bfs, BFS) and bfs.config.samples == (20, 8, 2)
-    assert Game24Run(method="mcts").task_and_strategy()[1].config.samples == 10
-    assert Game24Run(prompts="few_shot").samples == 1
 
 
 def test_command_errors(tmp_path, capsys) -> None:

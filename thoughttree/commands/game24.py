@@ -51,11 +51,9 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--show", action="store_true", help="draw each searched tree")
     add_data_parallel(p)
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
-    p.add_argument("--samples", type=samples_per_depth, default=None, metavar="N[,N...]",
-                   help="propose completions per expanded state, or per depth for bfs (root first, the last "
-                        "repeats); default for compact prompts: bfs 20,8,2, other searches 10; few-shot 1")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
+        ("samples", None, "propose completions per expanded state (10 compact, 1 few-shot)"),
         ("evaluations", 3, "value samples per state"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
         ("width", 5, "beam width"),
@@ -68,12 +66,6 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--max-tokens-per-problem", type=at_least(1), default=None,
                    help="stop each search before its next round once it has generated this many tokens")
     p.set_defaults(run=run_game24_command)
-
-
-def samples_per_depth(text: str) -> int | tuple[int, ...]:
-    """An argparse type: ``10`` or ``20,8,2`` (counts >= 1)."""
-    parts = [at_least(1)(part.strip()) for part in text.split(",")]
-    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def run_game24_command(args: argparse.Namespace) -> int:

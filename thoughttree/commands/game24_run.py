@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from ..data_parallel import Layout
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
-COMPACT_BFS_SAMPLES = (20, 8, 2)
 
 
 @dataclass(frozen=True)
@@ -41,10 +40,7 @@ class Game24Run:
     end: int = 1000
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
-    # propose completions per expanded node, or per depth for BFS (root first; the last repeats):
-    # compact (one step each) BFS 20 at the root, 8 from three numbers, 2 from two; other
-    # searches 10; few-shot (a list of steps each) 1
-    samples: int | tuple[int, ...] | None = None
+    samples: int | None = None  # propose completions per expanded node: 10 compact (one step each), 1 few-shot (a list)
     evaluations: int = 3  # value samples per node
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
@@ -59,15 +55,7 @@ class Game24Run:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
         compact = self.prompts == "compact"
         if self.samples is None:
-            default = (COMPACT_BFS_SAMPLES if self.method == "bfs" else 10) if compact else 1
-            object.__setattr__(self, "samples", default)
-        if not isinstance(self.samples, int):
-            object.__setattr__(self, "samples", tuple(self.samples))
-            if self.method != "bfs" and len(self.samples) != 1:
-                raise ValueError(f"--samples per depth ({','.join(map(str, self.samples))}) is for --method bfs; "
-                                 f"give one count for {self.method}")
-            if not self.samples or any(not isinstance(n, int) or n < 1 for n in self.samples):
-                raise ValueError(f"--samples must be counts >= 1, got {self.samples!r}")
+            object.__setattr__(self, "samples", 10 if compact else 1)
         if self.value is None:
             object.__setattr__(self, "value", "probs" if compact else "samples")
         if self.method not in METHODS:
@@ -81,7 +69,7 @@ class Game24Run:
         if self.value not in ("probs", "samples") or (self.value == "probs" and not compact):
             raise ValueError(f"--value must be 'samples' for few-shot prompts, or 'probs'/'samples' for compact ones; "
                              f"got {self.value!r}")
-        for name in ("breadth", "evaluations", "k", "width", "iterations"):
+        for name in ("breadth", "samples", "evaluations", "k", "width", "iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if len(set(self.puzzles)) != len(self.puzzles):
@@ -111,12 +99,11 @@ class Game24Run:
         task = Game24(Game24Config(prompts=self.prompts, value=self.value))
         if m == "bfs":
             return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)
-        samples = self.samples if isinstance(self.samples, int) else self.samples[0]
         if m == "dfs":
-            return task, DFS(samples=samples, depth=3, threshold=0.5, evaluations=self.evaluations)
+            return task, DFS(samples=self.samples, depth=3, threshold=0.5, evaluations=self.evaluations)
         if m == "beam":
-            return task, Beam(width=self.width, samples=samples, score="value", max_steps=3, evaluations=self.evaluations)
-        return task, MCTS(iterations=self.iterations, samples=samples, max_depth=3, evaluations=self.evaluations,
+            return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3, evaluations=self.evaluations)
+        return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations,
                           rule=self.rule)
 
 

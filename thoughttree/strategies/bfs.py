@@ -16,26 +16,19 @@ from .base import Step, StrategyBase, choose, positive_int, sorted_by_value
 
 @dataclass(frozen=True)
 class BFSConfig:
-    """``breadth``: nodes kept per level; ``samples``: children per kept node, or one count per
-    depth of the expanded nodes (the root is depth 0; the last count serves deeper levels);
-    ``depth``: levels below the root; ``evaluations``: value samples per node (None = the
-    evaluator's own); ``selection``: "greedy" or "sample"."""
+    """``breadth``: nodes kept per level; ``samples``: children per kept node; ``depth``: levels below
+    the root; ``evaluations``: value samples per node (None = the evaluator's own); ``selection``:
+    "greedy" or "sample"."""
 
     breadth: int = 5
-    samples: int | tuple[int, ...] = 3
+    samples: int = 3
     depth: int = 3
     evaluations: int | None = None
     selection: str = "greedy"
     stop_on_solution: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.samples, int):
-            object.__setattr__(self, "samples", tuple(self.samples))
-            if not self.samples:
-                raise ValueError("BFS: samples per depth must list at least one count")
-        for count in (self.samples,) if isinstance(self.samples, int) else self.samples:
-            positive_int(count, "samples", "BFS")
-        for name in ("breadth", "depth"):
+        for name in ("breadth", "samples", "depth"):
             positive_int(getattr(self, name), name, "BFS")
         positive_int(self.evaluations, "evaluations", "BFS", allow_none=True)
         choose("greedy|sample", self.selection, "selection", "BFS")
@@ -58,12 +51,7 @@ class BFS(StrategyBase):
         for node in frontier:
             if all(node is not k for k in keep):
                 self.tree.prune(node)
-        return Step(expand=keep, n=self.samples_at(keep[0].depth), evaluations=self.config.evaluations)
-
-    def samples_at(self, depth: int) -> int:
-        """Children per expanded node at ``depth``."""
-        samples = self.config.samples
-        return samples if isinstance(samples, int) else samples[min(depth, len(samples) - 1)]
+        return Step(expand=keep, n=self.config.samples, evaluations=self.config.evaluations)
 
     def select(self, frontier: list[Node]) -> list[Node]:
         """The nodes to keep, in id order."""

@@ -7,7 +7,6 @@ Subclass :class:`Task` for a new problem family; pick an evaluator from
 from .base import Propose, Sample, Task, TaskConfig, TaskError
 from .game24 import Game24, Game24Direct
 from .evaluate import Evaluator, LabelProbs, LogProb, Rollout, ValuePrompt, Verifier, Vote, parse_choice
-from .reasoned import ReasonedLabelProbs
 
 __all__ = [
     "Evaluator",
@@ -16,7 +15,6 @@ __all__ = [
     "LabelProbs",
     "LogProb",
     "Propose",
-    "ReasonedLabelProbs",
     "Rollout",
     "Sample",
     "Task",

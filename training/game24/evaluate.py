@@ -8,15 +8,12 @@ them; none of their four- or three-number states is in the training data (see
 
 - propose: share of greedy and sampled (T=1) completions that are valid steps, and share of
   those that keep 24 reachable;
-- value: the most probable label against the solver's label, per number count, also on states
-  that never occur in training, with the label probabilities read after the greedy value chain
-  for three numbers (also: the share of chains written exactly, and their length); and the
-  calibration of P(24 reachable) = p(sure) + p(likely) from the same probabilities (Brier
-  score, expected calibration error over 10 bins);
+- value: greedy label against the solver's label, per number count, also on states that never
+  occur in training; and the calibration of P(24 reachable) = p(sure) + p(likely) from the
+  label probabilities (Brier score, expected calibration error over 10 bins);
 - io / cot: greedy success, and the mean and any-of-k success of k samples (T=1);
-- bfs: a plain Tree-of-Thoughts breadth-first search (k proposals per node at each depth,
-  value = expected label score from the label probabilities, after the greedy value chain for
-  three-number states; keep the best ``breadth``) with the tokens it generated per puzzle.
+- bfs: a plain Tree-of-Thoughts breadth-first search (k proposals per node, value = expected
+  label score from the label probabilities, keep the best ``breadth``) as a sanity check.
 """
 
 from __future__ import annotations
@@ -33,18 +30,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from thoughttree.tasks.game24.arith import check_answer
 from thoughttree.tasks.game24.dataset import reachable_states, training_states
-from thoughttree.tasks.game24.chain import value_chain
 from thoughttree.tasks.game24.formats import (
     VALUE_LABELS, VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose,
-    parse_value, path_answer, propose_prompt, value_has_chain, value_label, value_prompt,
+    parse_value, path_answer, propose_prompt, value_label, value_prompt,
 )
 from thoughttree.tasks.game24.puzzles import held_out_puzzles
 from thoughttree.tasks.game24.solver import is_solvable
 from thoughttree.tasks.game24.steps import State, Step, make_state
-
-
-MAX_CHAIN = 260  # new tokens for a three-number value chain and its label
-MAX_STEP = {4: 40, 3: 130, 2: 40}  # new tokens for a propose completion by number count
 
 
 class Generator:
@@ -83,22 +75,6 @@ class Generator:
             rows.append(torch.softmax(logits, dim=-1)[:, label_ids].cpu())
         return torch.cat(rows)
 
-    def count_tokens(self, texts: Sequence[str]) -> int:
-        """Generated tokens of completions (their text, plus the end-of-sequence token)."""
-        return sum(len(ids) + 1 for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])
-
-    def value_probs(self, states: Sequence[State]) -> tuple[torch.Tensor, list[str], int]:
-        """Label probabilities per state, read after the greedy value chain for three-number states;
-        also the chains written ('' for states without one) and the tokens they took."""
-        chained = [i for i, s in enumerate(states) if value_has_chain(s)]
-        outs = self.generate([value_prompt(states[i]) for i in chained], max_new_tokens=MAX_CHAIN, sample=False)
-        chains = [""] * len(states)
-        for i, out in zip(chained, outs):
-            chains[i] = out.split("\n", 1)[0]
-        prompts = [value_prompt(s) + (f"{c}\n" if value_has_chain(s) else "") for s, c in zip(states, chains)]
-        tokens = self.count_tokens([chains[i] for i in chained]) if chained else 0
-        return self.label_probabilities(prompts) if prompts else torch.empty(0, 3), chains, tokens
-
 
 def _share(flags: Sequence[bool]) -> float:
     return round(sum(flags) / max(1, len(flags)), 4)
@@ -110,7 +86,7 @@ def eval_propose(gen: Generator, states: dict[str, list[State]], samples: int) -
         for mode, prompts_of in (("greedy", 1), ("sampled", samples)):
             prompts = [propose_prompt(s) for s in group for _ in range(prompts_of)]
             origins = [s for s in group for _ in range(prompts_of)]
-            outs = gen.generate(prompts, max_new_tokens=max(MAX_STEP.values()), sample=mode == "sampled")
+            outs = gen.generate(prompts, max_new_tokens=40, sample=mode == "sampled")
             checks = [parse_propose(o, s) for o, s in zip(outs, origins)]
             valid = [c.valid for c in checks]
             good = [c.valid and c.state is not None and is_solvable(c.state) for c in checks]
@@ -118,15 +94,12 @@ def eval_propose(gen: Generator, states: dict[str, list[State]], samples: int) -
     return result
 
 
-def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State]) -> tuple[dict, dict]:
-    """Accuracy of the most probable label (read after the greedy value chain where there is one)
-    and the calibration of P(24 reachable), per group."""
-    result, calibrated = {}, {}
+def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State]) -> dict:
+    result = {}
     for name, group in states.items():
-        probs, chains, tokens = gen.value_probs(group)
+        outs = gen.generate([value_prompt(s) for s in group], max_new_tokens=3, sample=False)
         truth = [value_label(s) for s in group]
-        guess = [VALUE_LABELS[i] for i in probs.argmax(-1).tolist()]
-        hits = [g == t for g, t in zip(guess, truth)]
+        hits = [parse_value(o) == t for o, t in zip(outs, truth)]
         recall = {label: _share([h for h, t in zip(hits, truth) if t == label])
                   for label in VALUE_LABELS if label in truth}
         unseen = [h for h, s in zip(hits, group) if s not in seen]
@@ -134,13 +107,7 @@ def eval_value(gen: Generator, states: dict[str, list[State]], seen: set[State])
                         "balanced_accuracy": round(sum(recall.values()) / len(recall), 4),
                         "label_counts": {label: truth.count(label) for label in VALUE_LABELS},
                         "unseen_n": len(unseen), "unseen_accuracy": _share(unseen)}
-        chained = [(c, s) for c, s in zip(chains, group) if value_has_chain(s)]
-        if chained:
-            result[name]["chain_exact"] = _share([c == value_chain(s) for c, s in chained])
-            result[name]["chain_tokens_mean"] = round(tokens / len(chained), 1)
-            result[name]["example"] = chained[0][0]
-        calibrated[name] = calibration(probs, [is_solvable(s) for s in group])
-    return result, calibrated
+    return result
 
 
 def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> dict:
@@ -155,6 +122,12 @@ def calibration(probs: torch.Tensor, truth: Sequence[bool], bins: int = 10) -> d
             ece += len(inside) / len(p) * abs(gap)
     return {"n": len(p), "brier": round(brier, 4), "ece": round(ece, 4),
             "mean_p": round(sum(p) / max(1, len(p)), 4), "positive_rate": _share(list(truth))}
+
+
+def eval_calibration(gen: Generator, states: dict[str, list[State]]) -> dict:
+    return {name: calibration(gen.label_probabilities([value_prompt(s) for s in group]),
+                              [is_solvable(s) for s in group])
+            for name, group in states.items() if group}
 
 
 def eval_answers(gen: Generator, puzzles: list[tuple[int, ...]], samples: int) -> dict:
@@ -173,20 +146,17 @@ def eval_answers(gen: Generator, puzzles: list[tuple[int, ...]], samples: int) -
     return result
 
 
-def eval_bfs(gen: Generator, puzzles: list[tuple[int, ...]], breadth: int, proposals: tuple[int, int, int]) -> dict:
-    """ToT BFS for all puzzles at once: three rounds of propose -> value -> keep ``breadth``, with
-    ``proposals[d]`` proposals per node at depth ``d``."""
+def eval_bfs(gen: Generator, puzzles: list[tuple[int, ...]], breadth: int, proposals: int) -> dict:
+    """ToT BFS for all puzzles at once: three rounds of propose -> value -> keep ``breadth``."""
     frontiers: list[list[tuple[State, tuple[Step, ...]]]] = [[(make_state(p), ())] for p in puzzles]
-    tokens = 0
-    for depth in range(3):
+    for _ in range(3):
         owners, prompts, nodes = [], [], []
         for i, frontier in enumerate(frontiers):
             for node in frontier:
-                owners += [i] * proposals[depth]
-                prompts += [propose_prompt(node[0])] * proposals[depth]
-                nodes += [node] * proposals[depth]
-        outs = gen.generate(prompts, max_new_tokens=MAX_STEP[4 - depth], sample=True) if prompts else []
-        tokens += gen.count_tokens(outs) if outs else 0
+                owners += [i] * proposals
+                prompts += [propose_prompt(node[0])] * proposals
+                nodes += [node] * proposals
+        outs = gen.generate(prompts, max_new_tokens=40, sample=True)
         children: list[dict[State, tuple[State, tuple[Step, ...]]]] = [{} for _ in puzzles]
         for i, node, out in zip(owners, nodes, outs):
             check = parse_propose(out, node[0])
@@ -194,8 +164,7 @@ def eval_bfs(gen: Generator, puzzles: list[tuple[int, ...]], breadth: int, propo
                 path = (*node[1], check.step)
                 children[i].setdefault(check.state, (check.state, path))  # same state, same future
         flat = [(i, child) for i, kids in enumerate(children) for child in kids.values()]
-        probs, _, chain_tokens = gen.value_probs([c[0] for _, c in flat]) if flat else (torch.empty(0, 3), [], 0)
-        tokens += chain_tokens
+        probs = gen.label_probabilities([value_prompt(c[0]) for _, c in flat]) if flat else torch.empty(0, 3)
         weights = torch.tensor([VALUE_OF_LABEL[label] for label in VALUE_LABELS])
         scores = (probs * weights).sum(-1).tolist()
         ranked: list[list[tuple[float, tuple[State, tuple[Step, ...]]]]] = [[] for _ in puzzles]
@@ -207,9 +176,8 @@ def eval_bfs(gen: Generator, puzzles: list[tuple[int, ...]], breadth: int, propo
         ok = [check_answer(path_answer(puzzle, path), puzzle).correct for _, path in frontier]
         solved_any.append(any(ok))
         solved_top.append(bool(ok) and ok[0])
-    return {"breadth": breadth, "proposals_per_node": list(proposals),
-            "any_of_final_success": _share(solved_any), "top1_success": _share(solved_top),
-            "generated_tokens_per_puzzle": round(tokens / max(1, len(puzzles)))}
+    return {"breadth": breadth, "proposals_per_node": proposals,
+            "any_of_final_success": _share(solved_any), "top1_success": _share(solved_top)}
 
 
 def main() -> None:
@@ -218,7 +186,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--limit", type=int, default=None, help="use only this many states per group (smoke test)")
@@ -241,14 +209,14 @@ def main() -> None:
                     "2_reachable": pick(two, 300)}
     value_sets = {"4": pick(test_states[4], 100), "3": pick(test_states[3], 2000),
                   "2": pick(test_states[2], 2000), "2_reachable": pick(two, 500)}
-    value, value_calibration = eval_value(gen, value_sets, seen)
     report = {"model": str(args.model), "device": args.device, "dtype": args.dtype, "seed": args.seed,
               "held_out": "puzzles 900-999 and the states reachable from them",
               "propose": eval_propose(gen, propose_sets, samples=5),
-              "value": value, "value_calibration": value_calibration,
+              "value": eval_value(gen, value_sets, seen),
+              "value_calibration": eval_calibration(gen, value_sets),
               "answers": eval_answers(gen, puzzles, args.samples),
-              "bfs": eval_bfs(gen, puzzles, breadth=5, proposals=(20, 8, 2)),
-              "bfs_20_6_2_proposals": eval_bfs(gen, puzzles, breadth=5, proposals=(20, 6, 2))}
+              "bfs": eval_bfs(gen, puzzles, breadth=5, proposals=5),
+              "bfs_10_proposals": eval_bfs(gen, puzzles, breadth=5, proposals=10)}
     report["seconds"] = round(time.time() - started, 1)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -36,7 +36,7 @@ from game24_tokenizer import build_tokenizer, save_tokenizer  # noqa: E402
 from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples  # noqa: E402
 from thoughttree.tasks.game24.split import SPLIT_DESCRIPTION  # noqa: E402
 
-MAX_POSITIONS = 320  # the context of the trained model and of its tokenizer
+MAX_POSITIONS = 256  # the context of the trained model and of its tokenizer
 IGNORE = -100
 KIND_IDS = {"propose": 0, "value": 1, "io": 2, "cot": 3}
 CALIBRATE = (150, 200)  # steps between which --time-budget-s measures the step time
@@ -111,12 +111,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1.5e-3)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--weight-decay", type=float, default=0.1)
-    parser.add_argument("--max-len", type=int, default=256)
+    parser.add_argument("--max-len", type=int, default=192)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON training summary here")
-    parser.add_argument("--kinds", default=",".join(KIND_IDS),
-                        help="comma-separated example kinds to train on (default all: propose,value,io,cot)")
     args = parser.parse_args(argv)
     if (args.steps is None) == (args.time_budget_s is None):
         parser.error("give exactly one of --steps and --time-budget-s")
@@ -132,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     started = time.time()
-    examples = generate_examples(DataConfig(seed=args.seed, kinds=tuple(args.kinds.split(","))))
+    examples = generate_examples(DataConfig(seed=args.seed))
     counts = Counter(e.kind for e in examples)
     sha = data_sha256(examples)
     print(f"data: {len(examples)} examples {dict(counts)} in {time.time() - started:.1f}s", flush=True)

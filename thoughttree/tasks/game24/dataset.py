@@ -5,19 +5,13 @@ puzzle (indices 900-999 by default) appears in any example, as prompt or inside 
 Roots are every multiset of four numbers from 1..13 (1,820) except the held-out ones; states
 are everything reachable from them by canonical steps that avoid held-out states.
 
-- propose from four numbers: every distinct valid step once, plus ``propose_good_extra`` more
+- propose: every distinct valid step of every state once, plus ``propose_good_extra`` more
   copies of each step that keeps 24 reachable (so sampling covers all steps and leans to
-  useful ones); steps into held-out states are left out;
-- propose from three numbers: ``propose_chain_repeats`` examples per pairing (see
-  :mod:`.chain`), each the pairing's segment and then a step: one making the shared number when
-  the pairing has one, else any step of the pair, so every pairing is sampled equally often;
-- propose from two numbers: the step that makes 24 when there is one (``1 +
-  propose_good_extra`` copies), else every step once;
-- value: every state with its exact solver label (after the value chain for three numbers),
-  ``value_repeats`` times per number count whatever the label, so the label probabilities
-  stay calibrated to the true frequencies of four-number states; two-number states from which
-  24 is reachable (exact arithmetic, 0.5% of them) get ``value_positive_extra`` more copies so
-  they are learned;
+  useful ones); a four-number state's steps into held-out states are left out;
+- value: every state with its exact solver label, ``value_repeats`` times per number count
+  whatever the label, so the label probabilities stay calibrated to the true frequencies of
+  four- and three-number states; two-number states from which 24 is reachable (exact
+  arithmetic, 0.5% of them) get ``value_positive_extra`` more copies so they are learned;
 - io / cot: solvable roots only, each with several solutions drawn from its solution paths
   that avoid held-out states (an answer expression whose written grouping passes through a
   held-out state is drawn again).
@@ -32,7 +26,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from thoughttree.tasks.game24.chain import propose_targets
 from thoughttree.tasks.game24.formats import (
     cot_completion, cot_prompt, io_completion, io_prompt, propose_completion, propose_prompt,
     value_completion, value_label, value_prompt,
@@ -60,7 +53,6 @@ class DataConfig:
     seed: int = 0
     held_out: tuple[int, ...] = tuple(TEST_INDICES)
     propose_good_extra: tuple[int, int, int] = (2, 2, 2)
-    propose_chain_repeats: int = 2
     value_repeats: tuple[int, int, int] = (4, 2, 1)
     value_positive_extra: tuple[int, int, int] = (0, 0, 8)
     value_single_negatives: int = 2000
@@ -75,8 +67,6 @@ class DataConfig:
         for name in ("propose_good_extra", "value_repeats", "value_positive_extra"):
             if any(n < 0 for n in getattr(self, name)):
                 raise ValueError(f"{name} must be counts >= 0, got {getattr(self, name)}")
-        if self.propose_chain_repeats < 1:
-            raise ValueError(f"propose_chain_repeats must be >= 1, got {self.propose_chain_repeats}")
 
 
 def training_roots(held_out: Sequence[int] = tuple(TEST_INDICES)) -> list[State]:
@@ -100,25 +90,16 @@ def training_states(held_out: Sequence[int] = tuple(TEST_INDICES)) -> dict[int, 
     return reachable_states(training_roots(held_out), held_out_states(held_out))
 
 
-def _propose(config: DataConfig, states: dict[int, list[State]], excluded: frozenset[State],
-             rng: random.Random) -> list[Example]:
+def _propose(config: DataConfig, states: dict[int, list[State]], excluded: frozenset[State]) -> list[Example]:
     examples = []
-    extra4, _, extra2 = config.propose_good_extra
-    for state in states[4]:
-        good, prompt = set(good_steps(state)), propose_prompt(state)
-        for step in next_steps(state):
-            if step.left not in excluded:
-                examples += [Example("propose", prompt, propose_completion(step))] * (1 + (extra4 if step in good else 0))
-    for state in states[3]:
-        prompt = propose_prompt(state)
-        for pairing, targets in propose_targets(state):
-            for _ in range(config.propose_chain_repeats):
-                step = targets[rng.randrange(len(targets))]
-                examples.append(Example("propose", prompt, propose_completion(step, pairing)))
-    for state in states[2]:
-        prompt, good = propose_prompt(state), good_steps(state)
-        for step in good or next_steps(state):
-            examples += [Example("propose", prompt, propose_completion(step))] * (1 + (extra2 if good else 0))
+    for size, extra in zip((4, 3, 2), config.propose_good_extra):
+        for state in states[size]:
+            good, prompt = set(good_steps(state)), propose_prompt(state)
+            for step in next_steps(state):
+                if step.left in excluded:
+                    continue
+                example = Example("propose", prompt, propose_completion(step))
+                examples += [example] * (1 + (extra if step in good else 0))
     return examples
 
 
@@ -128,7 +109,7 @@ def _value(config: DataConfig, states: dict[int, list[State]], rng: random.Rando
         for state in states[size]:
             label = value_label(state)
             copies = repeats + (extra if label != "impossible" else 0)
-            examples += [Example("value", value_prompt(state), value_completion(label, state))] * copies
+            examples += [Example("value", value_prompt(state), value_completion(label))] * copies
     singles = [s for s in states[1] if not is_solvable(s)]
     for state in rng.sample(singles, min(config.value_single_negatives, len(singles))):
         examples.append(Example("value", value_prompt(state), value_completion("impossible")))
@@ -173,7 +154,7 @@ def generate_examples(config: DataConfig = DataConfig()) -> list[Example]:
     if "propose" in config.kinds or "value" in config.kinds:
         states = reachable_states(roots, excluded)
         if "propose" in config.kinds:
-            examples += _propose(config, states, excluded, rng)
+            examples += _propose(config, states, excluded)
         if "value" in config.kinds:
             examples += _value(config, states, rng)
     if "io" in config.kinds or "cot" in config.kinds:

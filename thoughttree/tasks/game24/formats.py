@@ -7,17 +7,10 @@ model then writes its end-of-sequence token), so ``stop="\\n"`` ends a single-li
 kind              prompt                      completion
 ================  ==========================  ===============================================
 propose           ``propose: 4 5 6 10\\n``      ``4 + 5 = 9 (left: 6 9 10)\\n`` (one step)
-propose (3 left)  ``propose: 2 9 13\\n``        a chain segment, ``=> `` and one step, one line
-value             ``value: 4 6\\n``              ``sure\\n`` (``sure`` / ``likely`` / ``impossible``)
-value (3 left)    ``value: 2 9 13\\n``          the value chain on one line, then the label line
+value             ``value: 6 9 10\\n``          ``likely\\n`` (``sure`` / ``likely`` / ``impossible``)
 io                ``io: 4 5 6 10\\n``           ``4 + 5 * (10 - 6) = 24\\n`` (whole answer)
 cot               ``cot: 4 5 6 10\\n``          three step lines, then ``answer: <expr> = 24\\n``
 ================  ==========================  ===============================================
-
-A state of three numbers is decided by written arithmetic (:mod:`.chain`) rather than by a
-label alone: its value completion is the value chain and then the label; its propose
-completion writes one pairing's segment before the step, so the step can be one that keeps 24
-reachable. From two numbers that can make 24, the propose target is the step that makes it.
 
 Value labels come from the exact solver (:func:`value_label`):
 
@@ -35,7 +28,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from thoughttree.tasks.game24.arith import format_numbers
-from thoughttree.tasks.game24.chain import propose_chain, step_text, value_chain
 from thoughttree.tasks.game24.solver import is_solvable
 from thoughttree.tasks.game24.steps import Step, StepCheck, compose_expression, make_state, validate_step
 
@@ -84,16 +76,14 @@ def propose_prompt(state: Numbers) -> str:
     return _prompt("propose", state)
 
 
-def propose_completion(step: Step, pairing: tuple[Fraction, Fraction, Fraction] | None = None) -> str:
-    """The training target for a propose prompt: the step, after the segment of ``pairing`` (the
-    number set aside, then the pair the step combines) for a state of three numbers."""
-    return f"{step.text()}\n" if pairing is None else f"{propose_chain(pairing, step)}\n"
+def propose_completion(step: Step) -> str:
+    """The training target for a propose prompt."""
+    return f"{step.text()}\n"
 
 
 def parse_propose(completion: str, state: Numbers) -> StepCheck:
-    """Read the step of a propose completion's first line (after its chain, if it writes one) and
-    validate it against ``state``."""
-    return validate_step(make_state(state), step_text(_first_line(completion)))
+    """Read the first line of a propose completion and validate it against ``state``."""
+    return validate_step(make_state(state), _first_line(completion))
 
 
 # value -----------------------------------------------------------------------------------
@@ -103,27 +93,16 @@ def value_prompt(state: Numbers) -> str:
     return _prompt("value", state)
 
 
-def value_completion(label: str, state: Numbers | None = None) -> str:
-    """The training target for a value prompt: the label, after the value chain for a state of
-    three numbers."""
+def value_completion(label: str) -> str:
     if label not in VALUE_LABELS:
         raise ValueError(f"unknown value label {label!r}; use one of {', '.join(VALUE_LABELS)}")
-    if state is not None and len(make_state(state)) == 3:
-        return f"{value_chain(state)}\n{label}\n"
     return f"{label}\n"
 
 
-def value_has_chain(state: Numbers) -> bool:
-    """Whether the value completion of ``state`` writes a chain before its label."""
-    return len(make_state(state)) == 3
-
-
 def parse_value(completion: str) -> str | None:
-    """The label of a value completion (its first line that is a label), or None."""
-    for line in completion.split("\n"):
-        if line.strip() in VALUE_LABELS:
-            return line.strip()
-    return None
+    """The label of a value completion, or None when the first line is not a label."""
+    label = _first_line(completion)
+    return label if label in VALUE_LABELS else None
 
 
 # io --------------------------------------------------------------------------------------

@@ -7,10 +7,8 @@ plain arithmetic shared by most puzzles and may appear in training.
 
 :func:`held_out_states` lists the forbidden states; :func:`example_states` reads every state
 of four or three numbers that one training example shows, as its prompt or inside its
-completion: the ``(left: ...)`` part of each step line (propose, cot), the state each segment
-of a written chain is about (:func:`.chain.chain_states`: ``w`` with the pair ``x y``) and, for
-an answer expression (io, cot), the state after each innermost operation of the expression as
-written.
+completion: the ``(left: ...)`` part of each step line (propose, cot) and, for an answer
+expression (io, cot), the state after each innermost operation of the expression as written.
 :func:`leaked_states` is the check the data generator and the test suite apply.
 """
 
@@ -23,7 +21,6 @@ from fractions import Fraction
 from functools import lru_cache
 
 from thoughttree.tasks.game24.arith import parse_numbers
-from thoughttree.tasks.game24.chain import chain_states
 from thoughttree.tasks.game24.puzzles import TEST_INDICES, load_puzzles
 from thoughttree.tasks.game24.steps import State, make_state
 
@@ -88,7 +85,6 @@ def example_states(prompt: str, completion: str) -> list[State]:
     """Every state of three or four numbers in one training example (prompt and completion)."""
     states = [_state_of_text(prompt.split(":", 1)[1].strip())]
     states += [_state_of_text(m) for m in _LEFT_RE.findall(completion)]
-    states += chain_states(completion)
     for line in completion.split("\n"):
         line = line.strip()
         if line.startswith("answer:"):

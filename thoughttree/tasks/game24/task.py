@@ -2,11 +2,9 @@
 
 A node below the root is one step line ``a op b = c (left: ...)``; its state is the numbers
 left. Children come from a propose prompt of the node's state (invalid steps rejected, and
-steps that leave the same numbers as an earlier sibling dropped as duplicates; from three
-numbers the bundled model writes a chain segment before its step, and only the step becomes
-the child); states are scored by a value prompt (sure / likely / impossible, as in Tree of
-Thoughts; for three numbers the bundled model first writes its value chain, see
-:mod:`.chain`); a node with one number left is terminal, and its path composes into an answer
+steps that leave the same numbers as an earlier sibling dropped as duplicates); states are
+scored by a value prompt (sure / likely / impossible, as in Tree of
+Thoughts); a node with one number left is terminal, and its path composes into an answer
 expression that the exact checker verifies.
 
 Two prompt styles: ``"compact"``, the one-line formats the bundled model is trained on (one
@@ -23,20 +21,16 @@ from typing import Hashable, Sequence
 from ...config import Sampling
 from ...tree import Node
 from ..base import Propose, Request, Task, TaskConfig
-from ..evaluate import Evaluator, ValuePrompt, Verifier
-from ..reasoned import ReasonedLabelProbs
+from ..evaluate import Evaluator, LabelProbs, ValuePrompt, Verifier
 from .arith import check_answer, format_numbers
-from .chain import step_text
 from .formats import VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose, path_answer
-from .formats import propose_prompt, value_has_chain, value_prompt
+from .formats import propose_prompt, value_prompt
 from .prompts import few_shot_cot_prompt, few_shot_io_prompt, few_shot_propose_prompt, few_shot_value_prompt
 from .puzzles import parse_puzzle
 from .steps import make_state, parse_step
 
 Puzzle = tuple[int, ...]
 STYLES = ("compact", "few_shot")
-PROPOSE_TOKENS = 140  # a chain segment and a step from three numbers, with room to spare
-CHAIN_TOKENS = 256  # a three-number value chain (at most 233 characters, one token each) and its newline
 
 
 def _check_style(style: str) -> None:
@@ -49,8 +43,7 @@ class Game24Config(TaskConfig):
     """Prompt style, sampling of proposals, and how states are valued.
 
     ``value`` "probs" scores a state by the expected label score under the value prompt's label
-    probabilities (compact prompts only, whose labels are single tokens; for a three-number
-    state they are read after the value chain the model writes greedily, no noise either way);
+    probabilities (one forward, no noise; compact prompts only, whose labels are single tokens);
     "samples" averages ``value_samples`` sampled verdicts as Tree of Thoughts does. Sampling
     settings left as None take the style's defaults.
     """
@@ -69,7 +62,7 @@ class Game24Config(TaskConfig):
             raise ValueError("few-shot Game24 prompts end in a free-text verdict; use value='samples'")
         compact = self.prompts == "compact"
         if self.sampling is None:
-            default = (Sampling(max_tokens=PROPOSE_TOKENS, temperature=1.0, stop="\n") if compact
+            default = (Sampling(max_tokens=32, temperature=1.0, stop="\n") if compact
                        else Sampling(max_tokens=200, temperature=0.7, stop=("\n\n", "Numbers:")))
             object.__setattr__(self, "sampling", default)
         if self.value_sampling is None:
@@ -111,7 +104,7 @@ class Game24(Task):
     def split(self, problem: str | Sequence[int], parent: Node, completion: str) -> list[str]:
         lines = [line.strip() for line in completion.split("\n") if line.strip()]
         if self.config.prompts == "compact":
-            lines = [step_text(line) for line in lines[:1]]  # one step per sample, without its chain
+            lines = lines[:1]  # one step per sample
         return [line + "\n" for line in lines]
 
     def accept(self, problem: str | Sequence[int], parent: Node, text: str) -> bool:
@@ -131,12 +124,8 @@ class Game24(Task):
             state = node_state(as_puzzle(problem), node)
             return value_prompt(state) if compact else few_shot_value_prompt(state)
 
-        def reasons(problem: str | Sequence[int], node: Node) -> bool:
-            return value_has_chain(node_state(as_puzzle(problem), node))
-
         if self.config.value == "probs":
-            return ReasonedLabelProbs(prompt=prompt, labels=VALUE_OF_LABEL, reasons=reasons,
-                                      sampling=Sampling(max_tokens=CHAIN_TOKENS, temperature=0.0, stop="\n"))
+            return LabelProbs(prompt=prompt, labels=VALUE_OF_LABEL)
         return ValuePrompt(
             prompt=prompt, labels=VALUE_OF_LABEL, samples=self.config.value_samples, sampling=self.config.value_sampling
         )
