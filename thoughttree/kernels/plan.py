@@ -54,9 +54,14 @@ class TreePlan:
     def num_queries(self) -> int:
         return len(self.query_nodes)
 
-    @property
+    @cached_property
     def node_lengths(self) -> np.ndarray:
         return np.diff(self.node_offsets)
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        """[N] nodes on the path from the root to each node (a root has depth 1)."""
+        return path_sums(self.parents, np.ones(self.num_nodes, dtype=np.int64))
 
     @cached_property
     def preorder(self) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +74,10 @@ class TreePlan:
         Returns CSR ([Q + 1] offsets, [sum] slot ids); a query sees its ancestors' tokens and
         the first ``query_visible`` tokens of its own node.
         """
-        pre, size = self.preorder
         qn, n = self.query_nodes, self.num_nodes
+        if nodes is not None and not nodes.any():
+            return np.zeros(self.num_queries + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pre, size = self.preorder
         perm = np.argsort(pre[qn], kind="stable")
         sorted_pre = pre[qn][perm]
         # The queries under node i are a contiguous run of the preorder-sorted queries.
@@ -82,8 +89,7 @@ class TreePlan:
         pair_query = perm[concat_ranges(lo, hi - lo)]
         own = pair_node == qn[pair_query]
         pair_len = np.where(own, self.query_visible[pair_query], self.node_lengths[pair_node])
-        depth = path_sums(self.parents, np.ones(n, dtype=np.int64))
-        order = np.lexsort((depth[pair_node], pair_query))
+        order = np.lexsort((self.depth[pair_node], pair_query))
         pair_node, pair_query, pair_len = pair_node[order], pair_query[order], pair_len[order]
         flat = self.slots[concat_ranges(self.node_offsets[pair_node], pair_len)]
         offsets = np.zeros(self.num_queries + 1, dtype=np.int64)
@@ -125,12 +131,19 @@ def _flatten_slots(node_slots: Sequence[IntArrayLike], n: int) -> tuple[np.ndarr
     """([N] lengths, [S] slots) from one slot list, array or tensor per node."""
     if len(node_slots) != n:
         raise ValueError(f"parents has {n} nodes but node_slots has {len(node_slots)}; give one slot list per node")
-    if n and all(isinstance(s, np.ndarray) and s.ndim == 1 for s in node_slots):
-        # The fast path (the runtime's segments hold arrays): one concatenation, one dtype check.
-        flat = np.concatenate(node_slots)
-        if flat.size and not np.issubdtype(flat.dtype, np.integer):
-            raise ValueError(f"node_slots must hold integers, got dtype {flat.dtype}")
-        return np.fromiter(map(len, node_slots), dtype=np.int64, count=n), flat.astype(np.int64, copy=False)
+    if n and isinstance(node_slots[0], np.ndarray):
+        # The fast path (the runtime's segments hold 1-D arrays): one concatenation, one dtype
+        # check; anything it cannot take whole (another rank, a scalar) goes the general way.
+        try:
+            flat = np.concatenate(node_slots)
+        except (ValueError, TypeError):
+            flat = None
+        if flat is not None and flat.ndim == 1:
+            if flat.size and not np.issubdtype(flat.dtype, np.integer):
+                raise ValueError(f"node_slots must hold integers, got dtype {flat.dtype}")
+            lengths = np.fromiter(map(len, node_slots), dtype=np.int64, count=n)
+            if lengths.sum() == flat.size:
+                return lengths, flat.astype(np.int64, copy=False)
     if all(isinstance(s, (list, tuple, range)) for s in node_slots):
         lengths = np.fromiter(map(len, node_slots), dtype=np.int64, count=n)
         flat = np.fromiter(itertools.chain.from_iterable(node_slots), dtype=np.int64, count=int(lengths.sum()))
@@ -193,9 +206,11 @@ def plan_tree_attention(
             raise ValueError(
                 f"query {i} sees {int(qv[i])} tokens of node {int(qn[i])}, which has {int(lengths[qn[i]])}"
             )
-    # Tokens a query sees: its own visible prefix plus every ancestor's tokens.
-    seen = path_sums(par, lengths)[qn] - lengths[qn] + qv
-    empty = np.nonzero(seen == 0)[0]
+    # Tokens a query sees: its own visible prefix plus every ancestor's tokens (only summed when
+    # some query sees none of its own node).
+    empty = np.zeros(0, dtype=np.int64)
+    if len(qv) and qv.min() == 0:
+        empty = np.nonzero(path_sums(par, lengths)[qn] - lengths[qn] + qv == 0)[0]
     if len(empty):
         raise ValueError(f"query {int(empty[0])} would attend to no token; every query must see at least one")
     return TreePlan(

@@ -64,10 +64,11 @@ def preorder(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
-    lengths = lengths.astype(np.int64)
-    total = int(lengths.sum())
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    shift = np.repeat(starts.astype(np.int64) - (ends - lengths), lengths)
-    return np.arange(total, dtype=np.int64) + shift
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+    shift += np.arange(total, dtype=np.int64)
+    return shift

@@ -10,6 +10,7 @@ own path and splits it (flash decoding), sharing nothing. Both are vectorised nu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,11 +132,25 @@ def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tile
     return shapes
 
 
+@functools.cache
+def _device_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
+def _shape_arrays(group: int, head_dim: int, max_block_m: int | None, tiles: tuple | None) -> tuple[list, np.ndarray, np.ndarray]:
+    """:func:`_tile_shapes` with its block_m and block_n columns as arrays, built once per layout."""
+    shapes = _tile_shapes(group, head_dim, max_block_m, tiles)
+    bm_of, bn_of = np.array([s[0] for s in shapes]), np.array([s[1] for s in shapes])
+    bm_of.flags.writeable = bn_of.flags.writeable = False
+    return shapes, bm_of, bn_of
+
+
 def _num_sms(cfg: WorkConfig, device: torch.device) -> int:
     if cfg.num_sms is not None:
         return cfg.num_sms
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _device_sms(torch.cuda.current_device() if device.index is None else device.index)
     return 4
 
 
@@ -191,7 +206,7 @@ def layout(
     ``own_start``/``own_len`` [OWN_RANGES, Q]: ranges the merge reads itself (default none).
     """
     order = np.argsort(item_class, kind="stable")
-    items, item_class = items[order].copy(), item_class[order]
+    items, item_class = items[order], item_class[order]
     counts = items[:, 5]
     items[:, 6] = np.cumsum(counts) - counts
     row_query = q_perm[concat_ranges(items[:, 4], counts)]  # original query of each partial row
@@ -204,13 +219,21 @@ def layout(
 
 
 def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """One host-to-device copy for all int32 metadata; returns views of it."""
+    """One host-to-device copy for all int32 metadata; returns views of it.
+
+    On CUDA the arrays are written straight into one pinned host buffer (PyTorch's caching host
+    allocator reuses it across steps) and copied without blocking, so the host does not wait for
+    the GPU's queued work before it returns.
+    """
     sizes = [a.size for a in arrays]
-    flat = np.concatenate([a.astype(np.int64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+    flat = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
     if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
         raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
-    dev = torch.from_numpy(flat.astype(np.int32)).to(device)
-    return list(torch.split(dev, sizes))
+    if device.type != "cuda":
+        return list(torch.split(torch.from_numpy(flat.astype(np.int32)).to(device), sizes))
+    host = torch.empty(flat.size, dtype=torch.int32, pin_memory=True)
+    np.copyto(host.numpy(), flat, casting="unsafe")
+    return list(torch.split(host.to(device, non_blocking=True), sizes))
 
 
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int) -> WorkPlan:
@@ -250,9 +273,7 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
 def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
     group = num_q_heads // num_kv_heads
-    shapes = _tile_shapes(group, head_dim, cfg.max_block_m, cfg.tiles)
-    bm_of = np.array([s[0] for s in shapes])
-    bn_of = np.array([s[1] for s in shapes])
+    shapes, bm_of, bn_of = _shape_arrays(group, head_dim, cfg.max_block_m, cfg.tiles)
     pre, size = plan.preorder
     lengths, qn, qv = plan.node_lengths, plan.query_nodes, plan.query_visible
     big = int(lengths.max(initial=0)) + 1
