@@ -199,7 +199,7 @@ def main() -> int:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "max_block_m", "merge_block", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
+            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
             st.add_column(label or "default", justify="right")
         for r in sweep_rows:
             st.add_row(*r)
