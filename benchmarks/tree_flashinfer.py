@@ -25,6 +25,7 @@ import torch
 
 from thoughttree.kernels import TreePlan
 
+
 @dataclass(frozen=True)
 class Requests:
     """One batch of FlashInfer requests (CSR page tables) over the query rows in FlashInfer order."""
@@ -34,9 +35,6 @@ class Requests:
     kv_indices: np.ndarray  # [sum] page ids
     last_page_len: np.ndarray  # [R] tokens on each request's last page (1..page_size)
     merge: np.ndarray | None  # [Q] bool: rows whose result this level contributes (None: all)
-
-    def tensors(self, device: torch.device | str) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.as_tensor(a, dtype=torch.int32, device=device) for a in (self.qo_indptr, self.kv_indptr, self.kv_indices, self.last_page_len))
 
 
 @dataclass(frozen=True)
