@@ -332,22 +332,41 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         ],
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
-    # Per query, the short nodes on its path, read by that query alone; long runs of them (a
-    # chain of many short nodes) are split so one program never walks the whole chain.
+    own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg)
+    return layout(
+        plan.num_queries,
+        np.concatenate([plan.slots, own_slots]),
+        np.concatenate([items, own_items]),
+        np.concatenate([c_cls[i_chunk], np.zeros(len(own_items), dtype=np.int64)]),
+        shapes, q_perm, qn[q_perm], qv[q_perm], own_start, fold_len,
+    )
+
+
+def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkConfig) -> tuple[np.ndarray, ...]:
+    """Per query, the short nodes on its path, read by that query alone: by its merge program
+    when they are at most ``cfg.fold_own`` keys, else by items of at most OWN_PIECE keys (a chain
+    of many short nodes is split so one program never walks the whole chain).
+
+    Returns (slots [S'] to append to the plan's, items [I', 7], own_start and own_len
+    [OWN_RANGES, Q]: range 0 filled, in the appended slots' numbering).
+    """
+    q = plan.num_queries
+    own_start = np.zeros((OWN_RANGES, q), dtype=np.int64)
+    fold_len = np.zeros_like(own_start)
+    if not small.any():
+        return np.zeros(0, dtype=np.int64), np.zeros((0, ITEM_FIELDS), dtype=np.int64), own_start, fold_len
     own_offsets, own_slots = plan.path_slots(small)
     own_len = np.diff(own_offsets)
-    folded = own_len <= cfg.fold_own  # read by the query's merge program (no item)
-    own_start = np.zeros((OWN_RANGES, len(own_len)), dtype=np.int64)
+    folded = own_len <= cfg.fold_own
     own_start[0] = len(plan.slots) + own_offsets[:-1]
-    fold_len = np.zeros_like(own_start)
     fold_len[0] = np.where(folded, own_len, 0)
     own_len = np.where(folded, 0, own_len)
     pieces = -(-own_len // OWN_PIECE)
-    who = np.repeat(np.arange(len(own_len)), pieces)
-    start = concat_ranges(np.zeros(len(own_len), dtype=np.int64), pieces) * OWN_PIECE
+    who = np.repeat(np.arange(q), pieces)
+    start = concat_ranges(np.zeros(q, dtype=np.int64), pieces) * OWN_PIECE
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
-    own_items = np.stack(
+    items = np.stack(
         [
             len(plan.slots) + own_offsets[who] + start,
             np.minimum(OWN_PIECE, own_len[who] - start),
@@ -359,13 +378,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         ],
         axis=1,
     ).reshape(-1, ITEM_FIELDS)
-    return layout(
-        plan.num_queries,
-        np.concatenate([plan.slots, own_slots]),
-        np.concatenate([items, own_items]),
-        np.concatenate([c_cls[i_chunk], np.zeros(len(who), dtype=np.int64)]),
-        shapes, q_perm, qn[q_perm], qv[q_perm], own_start, fold_len,
-    )
+    return own_slots, items, own_start, fold_len
 
 
 def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
