@@ -36,6 +36,18 @@ def _kv_rows(SLOTS, idx, ok, page_size, stride_p, stride_s, FLAT: tl.constexpr):
 
 
 @triton.jit
+def _kv_tile(K, V, SLOTS, idx, ok, h, page_size, offs_d, d_ok,
+             stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT: tl.constexpr):
+    """K and V of KV head ``h`` at the slots ``SLOTS[idx]`` ([N, D_PAD] each; zero where not ``ok``)."""
+    k_row = _kv_rows(SLOTS, idx, ok, page_size, stride_kp, stride_ks, FLAT)
+    v_row = _kv_rows(SLOTS, idx, ok, page_size, stride_vp, stride_vs, FLAT)
+    mask = ok[:, None] & d_ok[None, :]
+    k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    return k, v
+
+
+@triton.jit
 def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2):
     """Online-softmax update of one KV tile for all rows (keys at or past ``lim`` masked)."""
     s = tl.dot(q, tl.trans(k)) * scale_log2
@@ -95,10 +107,7 @@ def _partial_kernel(
         # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
         # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
         ok = tile < end
-        k_row = _kv_rows(SLOTS, kv_start + tile, ok, page_size, stride_kp, stride_ks, FLAT)
-        v_row = _kv_rows(SLOTS, kv_start + tile, ok, page_size, stride_vp, stride_vs, FLAT)
-        k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
-        v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
         ok1 = tile + BLOCK_N < end
         k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT)
         v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT)
@@ -115,10 +124,7 @@ def _partial_kernel(
     else:
         for n0 in range(0, end, BLOCK_N):
             ok = n0 + tile < end
-            k_row = _kv_rows(SLOTS, kv_start + n0 + tile, ok, page_size, stride_kp, stride_ks, FLAT)
-            v_row = _kv_rows(SLOTS, kv_start + n0 + tile, ok, page_size, stride_vp, stride_vs, FLAT)
-            k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
-            v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -182,10 +188,7 @@ def _merge_kernel(
             lim = tl.zeros([G_PAD], tl.int32) + n
             for n0 in range(0, n, BLOCK_K):
                 ok = n0 + keys < n
-                k_row = _kv_rows(SLOTS, start + n0 + keys, ok, page_size, stride_kp, stride_ks, FLAT)
-                v_row = _kv_rows(SLOTS, start + n0 + keys, ok, page_size, stride_vp, stride_vs, FLAT)
-                k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
-                v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
                 m, l, acc = _attend(q, k, v, n0 + keys, lim, m, l, acc, scale_log2)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(
