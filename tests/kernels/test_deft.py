@@ -22,7 +22,7 @@ SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0)
 ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge_block=4)  # one-token nodes shared
 PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
 NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items
-ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000)  # nodes < 64 read by the merge
+ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000, merge_block=8)  # nodes < 64 read by the merge
 
 
 @pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])

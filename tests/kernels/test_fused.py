@@ -67,15 +67,17 @@ def test_rope_store_rotates_and_writes_only_real_slots(dtype: torch.dtype, h_q: 
     assert torch.equal(mine[1], caches[1])
 
 
-def test_gumbel_sample_matches_reference() -> None:
+@pytest.mark.parametrize("vocab", [3001, 40001])  # one part per row; ten parts of 4,096 ids
+def test_gumbel_sample_matches_reference(vocab: int) -> None:
     g = torch.Generator().manual_seed(0)
-    r, vocab = 8, 3001  # not a multiple of the kernel's block
+    r = 8  # vocab: not a multiple of the kernel's block
     logits = (torch.randn(r, vocab, generator=g) * 3).to(DEV)
     temperature = torch.tensor([0, 1, 0.7, 1.5, 1, 2.0, 0.3, 1], device=DEV)
     seeds = torch.tensor([0, 1, 2**62 + 5, 123456789012, 7, 2**63 - 1, 99, 1], device=DEV)
     steps = torch.tensor([0, 3, 5, 2**33, 1, 9, 0, 3], device=DEV)
     scores = logits / temperature.clamp(min=1e-3)[:, None]
     scores[:, ::3] = float("-inf")  # a filtered row keeps only some tokens
+    scores[0, : vocab // 2] = float("-inf")  # whole parts filtered out
     for sc in (None, scores):
         got = gumbel_sample(logits, temperature, seeds, steps, sc)
         want = reference.gumbel_sample_reference(logits, temperature, seeds, steps, sc)
@@ -84,6 +86,19 @@ def test_gumbel_sample_matches_reference() -> None:
     # Rows 1 and 7 share seed and step: the same draw whatever else is in the batch.
     got = gumbel_sample(logits[[1, 1]], temperature[[1, 7]], seeds[[1, 7]], steps[[1, 7]])
     assert got[0, 0] == got[1, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if DEV == "cuda" else []))
+def test_gumbel_sample_reads_half_precision_logits(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(3, 20000, generator=g) * 3).to(DEV, dtype)
+    temperature = torch.tensor([0, 1, 0.5], device=DEV)
+    seeds = torch.tensor([4, 5, 6], device=DEV)
+    steps = torch.tensor([0, 1, 2], device=DEV)
+    got = gumbel_sample(logits, temperature, seeds, steps)
+    want = reference.gumbel_sample_reference(logits.float(), temperature, seeds, steps)
+    assert torch.equal(got[:, 0], want[:, 0])
+    assert torch.allclose(got[:, 1], want[:, 1], atol=1e-5)
 
 
 def test_gumbel_sample_rejects_bad_shapes() -> None:

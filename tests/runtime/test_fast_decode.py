@@ -42,17 +42,21 @@ def model_dir(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("fast"), "qwen3" if CUDA else "llama", num_hidden_layers=2 if CUDA else 1)
 
 
-@pytest.mark.parametrize("fold_own", [128, 0], ids=["tails-in-merge", "tail-items"])
-def test_fast_steps_equal_general_steps(model_dir, fold_own: int) -> None:
+@pytest.mark.parametrize(
+    "work", [WorkConfig(), WorkConfig(fold_own=0), WorkConfig(merge_block=8)], ids=["tails-in-merge", "tail-items", "merge-block-8"]
+)
+def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
     fast = _lm(model_dir, fast=True)
-    fast.engine.decode_work_config = WorkConfig(fold_own=fold_own)
+    fast.engine.decode_work_config = work
     _, tokens, logprobs = _grow(fast, greedy, sampled)
     assert fast.stats.fast_steps > 0
     slow = _lm(model_dir, fast=False)
     _, want_tokens, want_logprobs = _grow(slow, greedy, sampled)
     assert slow.stats.fast_steps == 0
+    # Lengths known in advance: the steps queued ahead of the host's reads add no step.
+    assert fast.stats.overlapped_steps > 0 and fast.stats.forward_steps == slow.stats.forward_steps
     assert tokens == want_tokens
     for a, b in zip(logprobs, want_logprobs):
         assert a == pytest.approx(b, abs=2e-2)

@@ -256,7 +256,8 @@ def run_work(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
-        OWN_RANGES=OWN_RANGES if own else 0, BLOCK_K=OWN_BLOCK, FLAT=flat, num_warps=4,
+        OWN_RANGES=OWN_RANGES if own else 0, BLOCK_K=OWN_BLOCK, FLAT=flat,
+        num_warps=4 if work.merge_block * g_pad * d_pad <= 8192 else 8,  # a block of partials in registers
     )
     return out
 

@@ -3,10 +3,12 @@
 Built once when a batch starts decoding on fixed buffers: it plans the shared part of the tree
 (each branch's parent path), loads it with the tails into the engine's
 :class:`graphs.DecodeArena`, and puts the rows' sampling parameters on the device. Each step then
-costs a copy of four numbers per row, the forward (a graph replay on the GPU), the sampling
-kernel and one copy of the chosen tokens back. A branch that finishes stays in the batch as a
-padding row (it writes to the scratch slot and its output is dropped) until half the rows have
-finished, so branches that end at different steps do not make every step plan again.
+costs a copy of four numbers per row, the forward and the draw (a graph replay on the GPU) and
+one copy of the chosen tokens back, which the host collects when it needs them: a step may take
+its tokens from the step before on the device and run while the host reads that step's draws.
+A branch that finishes stays in the batch as a padding row (it writes to the scratch slot and
+its output is dropped) until half the rows have finished, so branches that end at different
+steps do not make every step plan again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import torch
 
 from ..kernels import plan_tree_attention
 from ..kernels.decode_work import decode_work
-from ..kernels.sample import gumbel_sample
 from .graphs import Capacity
 from .kv_tree import Segment
 from .sampler import sample_packed
@@ -58,8 +59,9 @@ class DecodeRun:
         self.arena.load(work, len(self.requests))
         params = [r.sampling for r in self.requests]
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
-        self.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
-        self.seeds = torch.tensor([r.seed & ((1 << 63) - 1) for r in self.requests], dtype=torch.int64, device=dev)
+        r = len(self.requests)
+        self.arena.temperature[:r] = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+        self.arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
         self.shared_tokens = sum(len(s.tokens) for s in order)
         self.parent_tokens = sum(r.parent.end for r in self.requests)
         stats = engine.stats
@@ -70,9 +72,11 @@ class DecodeRun:
         """Whether the next step of requests ``ids`` (a subset of this run's) goes on with this run."""
         return 2 * len(ids) > len(self.tails) and all(i in self.row_of for i in ids)
 
-    def step(self, ids: Sequence[int]) -> torch.Tensor:
-        """Forward the newest token of requests ``ids`` and sample the next; [len(ids), 2] float64
-        (token, log-prob). The run's other rows have finished: they write to the scratch slot."""
+    def launch(self, ids: Sequence[int], from_device: bool) -> int:
+        """Queue the step that forwards the newest token of requests ``ids`` and draws the next;
+        returns a ticket for :meth:`collect`. ``from_device``: those tokens are the ones the last
+        step drew (their segments hold a placeholder); else they are the segments' last tokens.
+        The run's other rows have finished: they write to the scratch slot."""
         tails = self.tails
         r = len(tails)
         alive = np.array([self.row_of[i] for i in ids], dtype=np.int64)
@@ -82,11 +86,11 @@ class DecodeRun:
         inputs[2] = self.engine.kv.pool.scratch_slot
         inputs[1] = 0
         live = [tails[row] for row in alive]
-        inputs[0, alive] = [t.tokens[-1] for t in live]
+        inputs[0, alive] = -1 if from_device else [t.tokens[-1] for t in live]
         inputs[2, alive] = [t.slots[-1] for t in live]
         inputs[1, alive] = np.fromiter((t.start for t in live), dtype=np.int64, count=len(live)) + inputs[3, alive] - 1
         replays = len(self.arena.graphs)
-        logits = self.arena.step(inputs)[:r]
+        logits = self.arena.step(inputs)
         for t in live:
             t.written = len(t.tokens)
         stats = self.engine.stats
@@ -98,10 +102,13 @@ class DecodeRun:
         stats.unique_tokens += self.shared_tokens + grown
         if len(self.arena.graphs) != replays:
             stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
-        every = len(alive) == r
         if self.filtered:
-            reqs = [self.requests[row] for row in alive]
-            rows = logits if every else logits[torch.from_numpy(alive).to(logits.device)]
-            return sample_packed(rows, [q.sampling for q in reqs], [q.seed for q in reqs], inputs[3, alive].tolist(), fused=True)
-        packed = gumbel_sample(logits, self.temperature, self.seeds, self.arena.step_in[3, :r])
-        return packed if every else packed[torch.from_numpy(alive).to(packed.device)]
+            packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],
+                                   inputs[3].tolist(), fused=True)
+            self.arena.sampled[:r] = packed
+        return self.arena.publish(r)
+
+    def collect(self, ticket: int, ids: Sequence[int]) -> tuple[list[int], list[float]]:
+        """The tokens and log-probabilities the step ``ticket`` drew for requests ``ids``."""
+        host = self.arena.collect(ticket)[[self.row_of[i] for i in ids]]
+        return host[:, 0].astype(np.int64).tolist(), host[:, 1].tolist()

@@ -11,7 +11,7 @@ step for its first token; with the Triton kernels, the steps after it run on fix
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ class EngineStats:
     unique_tokens: int = 0  # distinct KV tokens in each step's tree, summed over steps
     fast_steps: int = 0  # decode steps run on fixed buffers (graph replays among them)
     graph_replays: int = 0
+    overlapped_steps: int = 0  # fast steps queued before the host had read the draws of the step before
     graphs: int = 0  # CUDA graphs held now
     graph_bytes: int = 0  # device memory held by them and their buffers
     plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
@@ -60,6 +61,9 @@ class Decoded:
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
     finish_reason: str = ""
+
+
+PLACEHOLDER = -1  # a reserved token whose value the host has not read yet
 
 
 class _EagerKV:
@@ -163,12 +167,13 @@ class Engine:
     def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
-        if old is not None and old.shapes == shapes and old.attention == self.attention and old.cap.holds(need):
+        same = old is not None and old.attention == self.attention and old.work.merge_block == self.decode_work_config.merge_block
+        if same and old.shapes == shapes and old.cap.holds(need):
             return old
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
-            self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=1,
+            self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=self.decode_work_config.merge_block,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
             max_graph_rows=self.runtime.graph_max_rows,
         )
@@ -190,30 +195,19 @@ class Engine:
             logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
             packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
             active = list(range(len(requests)))
-            run: DecodeRun | None = None
-            while active:
-                draw = unpack(packed)
-                need = self.kv.pages_needed_to_append([outs[i].segment for i in active])
-                if need > self.kv.pool.num_free:
-                    self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
-                for i, token, lp in zip(active, draw.tokens, draw.logprobs):
-                    out = outs[i]
-                    self.kv.append(out.segment, token)
-                    out.tokens.append(token)
-                    out.logprobs.append(lp)
-                self.stats.generated_tokens += len(active)
-                still = self._still_active(active, outs, requests)
-                if not still:
-                    break
-                if self.fast_decode:
-                    if run is None or not run.keeps(still):
-                        run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
-                    packed = run.step(still)
-                else:
-                    logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
-                    steps = [len(outs[i].tokens) for i in still]
-                    packed = sample_packed(logits, [requests[i].sampling for i in still], [requests[i].seed for i in still], steps, fused=fused)
-                active = still
+            draw = unpack(packed)
+            self._take(active, draw.tokens, draw.logprobs, outs)
+            still = self._still_active(active, outs, requests)
+            if self.fast_decode:
+                self._decode_fast(requests, outs, still)
+                still = []
+            while still:  # general steps
+                logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
+                steps = [len(outs[i].tokens) for i in still]
+                params, seeds = [requests[i].sampling for i in still], [requests[i].seed for i in still]
+                draw = unpack(sample_packed(logits, params, seeds, steps, fused=fused))
+                self._take(still, draw.tokens, draw.logprobs, outs)
+                still = self._still_active(still, outs, requests)
         except BaseException:
             for out in outs:
                 self.kv.release(out.segment)
@@ -222,6 +216,62 @@ class Engine:
             out.segment.sealed = True
             out.text = self.detokenize(out.tokens)
         return outs
+
+    def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int]) -> None:
+        """Decode steps on fixed buffers, each launched before the host reads the draws of the one before.
+
+        While step t runs, the host has already reserved a slot for the token step t draws and
+        queued step t+1 to forward it straight from the device; then it reads step t's draws and
+        checks stops. A request found finished then has had one step too many: its draw is
+        dropped, and the KV written for its last token is correct. Requests that finish by
+        length are known in advance and never get that extra step.
+        """
+        run: DecodeRun | None = None
+        queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
+        while queued is not None or still:
+            if queued is None:
+                if run is None or not run.keeps(still):
+                    run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                queued = (still, run.launch(still, from_device=False))
+            rows, ticket = queued
+            go = [i for i in rows if len(outs[i].tokens) + 1 < requests[i].sampling.max_tokens
+                  and outs[i].segment.end + 1 < self.max_context]
+            queued = None
+            if go and run.keeps(go):
+                self._reserve([outs[i].segment for i in go])
+                queued = (go, run.launch(go, from_device=True))
+                self.stats.overlapped_steps += 1
+            tokens, logprobs = run.collect(ticket, rows)
+            self._take(rows, tokens, logprobs, outs, placed=set(go) if queued else set())
+            still = self._still_active(rows, outs, requests)
+            if queued is not None:
+                kept = set(still)
+                queued = ([i for i in queued[0] if i in kept], queued[1]) if kept else None
+
+    def _reserve(self, segs: list[Segment]) -> None:
+        """Give each segment a slot and a placeholder for its next token (the draw not yet read)."""
+        need = self.kv.pages_needed_to_append(segs)
+        if need > self.kv.pool.num_free:
+            self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
+        for seg in segs:
+            self.kv.append(seg, PLACEHOLDER)
+
+    def _take(
+        self, rows: list[int], tokens: list[int], logprobs: list[float], outs: list[Decoded], placed: AbstractSet[int] = frozenset()
+    ) -> None:
+        """Record one drawn token per request of ``rows``; those in ``placed`` already hold a placeholder for it."""
+        need = self.kv.pages_needed_to_append([outs[i].segment for i in rows if i not in placed])
+        if need > self.kv.pool.num_free:
+            self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
+        for i, token, lp in zip(rows, tokens, logprobs):
+            out = outs[i]
+            if i in placed:
+                out.segment.tokens[-1] = token
+            else:
+                self.kv.append(out.segment, token)
+            out.tokens.append(token)
+            out.logprobs.append(lp)
+        self.stats.generated_tokens += len(rows)
 
     def _still_active(self, active: list[int], outs: list[Decoded], requests: Sequence[DecodeRequest]) -> list[int]:
         """Set each finished request's finish reason; returns the requests that go on."""

@@ -1,10 +1,13 @@
 """Fixed device buffers for decode steps, and the CUDA graphs replayed over them.
 
 A :class:`DecodeArena` holds every tensor a decode step reads: the step's inputs (token,
-position, KV slot and tail length per row) and the attention work of :mod:`kernels.decode_work`,
-padded to capacities. Loading a new run's work is one host-to-device copy; a step is one small
-copy of its inputs and then either the eager forward or the replay of a graph captured for the
-step's row bucket. Tail lengths and newest slots are written into the work on the device, inside
+position, KV slot and tail length per row), the rows' sampling parameters and the attention work
+of :mod:`kernels.decode_work`, padded to capacities. Loading a new run's work is one
+host-to-device copy; a step is one small copy of its inputs and then either the eager forward or
+the replay of a graph captured for the step's row bucket. The step samples each row's next token
+on the device, and a row given token -1 reads the token the previous step sampled for it, so a
+step can be launched before the host has seen the last one's draws; :meth:`DecodeArena.publish`
+copies a step's draws to pinned host memory behind an event (two such buffers take turns). Tail lengths and newest slots are written into the work on the device, inside
 the step (into the merge's own ranges when the tails are folded, else into the tail items), so
 the graph sees the tree grow without being captured again. Padding rows write
 their keys and values to the pool's scratch slot and are never read.
@@ -19,6 +22,7 @@ import torch
 
 from ..kernels.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
+from ..kernels.sample import gumbel_sample
 from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan
 from .kv_pool import KVPool
 from .model import Transformer
@@ -113,9 +117,20 @@ class DecodeArena:
             classes=tuple(classes), merge_block=merge_block,
             own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
         )
-        # Per-step inputs, one row each: token, position, KV slot, tail length (= tokens sampled).
+        # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
+        # slot, tail length (= tokens sampled). Two pinned host copies take turns, so writing one
+        # step's inputs never races the upload of the step before.
         self.step_in = torch.zeros(4, r, dtype=torch.int64, device=dev)
-        self._host_step = torch.zeros(4, r, dtype=torch.int64, pin_memory=dev.type == "cuda")
+        pinned = dev.type == "cuda"
+        self._host_step = torch.zeros(2, 4, r, dtype=torch.int64, pin_memory=pinned)
+        # Sampling: each row's temperature and seed (set per run), and the step's draws (token,
+        # log-probability), copied to one of two pinned host buffers per step.
+        self.temperature = torch.zeros(r, dtype=torch.float32, device=dev)
+        self.seeds = torch.zeros(r, dtype=torch.int64, device=dev)
+        self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
+        self._host_out = torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned)
+        self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
+        self._turn = 0
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.graph_bytes = 0
         self.write_slots = self.step_in[2]
@@ -124,7 +139,7 @@ class DecodeArena:
     @property
     def buffer_bytes(self) -> int:
         w = self.work
-        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, w.partial_o, w.partial_lse))
+        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse))
 
     def load(self, work: DecodeWork, rows: int) -> None:
         """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""
@@ -158,17 +173,21 @@ class DecodeArena:
         flat = np.concatenate(parts)
         if flat.max(initial=0) >= 2**31:
             raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
+        if self._events is not None:
+            torch.cuda.current_stream().synchronize()  # no earlier upload from the pinned copy is pending
         self._host_meta.numpy()[:] = flat
         self.meta.copy_(self._host_meta, non_blocking=True)
 
     def step(self, inputs: np.ndarray) -> torch.Tensor:
-        """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths); logits [R_b, V]."""
+        """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths) and draw each
+        row's next token into :attr:`sampled`; returns the logits [R_b, V] in the model's dtype."""
         r = inputs.shape[1]
         b = row_bucket(r)
-        host = self._host_step.numpy()
+        host_in = self._host_step[self._turn]
+        host = host_in.numpy()
         host[:, :r] = inputs
         host[:, r:b] = np.array([[0], [0], [self.pool.scratch_slot], [1]])
-        self.step_in[:, :b].copy_(self._host_step[:, :b], non_blocking=True)
+        self.step_in[:, :b].copy_(host_in[:, :b], non_blocking=True)
         self.replayed = self.use_graphs and b <= self.max_graph_rows
         if not self.replayed:
             return self._forward(b)
@@ -178,11 +197,28 @@ class DecodeArena:
         graph.replay()
         return logits
 
+    def publish(self, rows: int) -> int:
+        """Queue the copy of the last step's first ``rows`` draws to the host; a ticket for :meth:`collect`."""
+        turn = self._turn
+        self._host_out[turn, :rows].copy_(self.sampled[:rows], non_blocking=True)
+        if self._events is not None:
+            self._events[turn].record()
+        self._turn = 1 - turn
+        return turn
+
+    def collect(self, ticket: int) -> np.ndarray:
+        """[R, 2] float64 host draws of the step ``ticket`` stands for, once they have arrived."""
+        if self._events is not None:
+            self._events[ticket].synchronize()
+        return self._host_out[ticket].numpy()
+
     def _capture(self, b: int) -> None:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
+        drawn = self.sampled.clone()  # the warm-up draws over them; the replay reads them
         with torch.cuda.stream(stream):
             self._forward(b)  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
+            self.sampled.copy_(drawn)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
         before = torch.cuda.memory_reserved()
@@ -193,7 +229,8 @@ class DecodeArena:
         self.graphs[b] = (graph, logits)
 
     def _forward(self, b: int) -> torch.Tensor:
-        ids, pos, slots, tail_len = self.step_in[:, :b].unbind(0)
+        tokens, pos, slots, tail_len = self.step_in[:, :b].unbind(0)
+        ids = torch.where(tokens >= 0, tokens, self.sampled[:b, 0].long())
         # The newest token of each row extends its tail window and its tail pieces.
         self.slots[self.tail_base[:b].long() + tail_len - 1] = slots.int()
         piece_len = tail_len[self.tail_rows.long()] - self.tail_starts
@@ -201,7 +238,9 @@ class DecodeArena:
         self.own_len[1, :b] = tail_len.int() * self.tail_fold
         self.write_slots, self.num_write = slots, b
         hidden = self.model.forward(ids, pos, self)
-        return self.model.logits(hidden)
+        logits = self.model.logits(hidden, upcast=False)
+        gumbel_sample(logits, self.temperature[:b], self.seeds[:b], tail_len, out=self.sampled[:b])
+        return logits
 
     # -- StepKV ----------------------------------------------------------------------------------
     def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

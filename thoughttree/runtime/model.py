@@ -129,9 +129,10 @@ class Transformer:
         return add_norm(x, residual, w["norm"], eps)[0]
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[R, hidden] -> [R, vocab] float32."""
-        return self.gather(F.linear(hidden, self.w["lm_head"])).float()
+    def logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+        """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype)."""
+        out = self.gather(F.linear(hidden, self.w["lm_head"]))
+        return out.float() if upcast else out
 
 
 def _read_tensors(
