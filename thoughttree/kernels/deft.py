@@ -158,19 +158,26 @@ def _merge_kernel(
     m = tl.full([G_PAD], _NEG, tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], tl.float32)
-    # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic.
+    # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic. Their
+    # row ids and log2-sum-exps come in one load each; the unrolled loop then issues all
+    # BLOCK_P output loads before it needs any of them.
+    offs_b = tl.arange(0, BLOCK_P)
     for i in range(first, last, BLOCK_P):
-        offs_p = i + tl.arange(0, BLOCK_P)
-        p_ok = offs_p < last
-        prow = tl.load(ROWS + offs_p, mask=p_ok, other=0).to(tl.int64)
+        p_ok = i + offs_b < last
+        prow = tl.load(ROWS + i + offs_b, mask=p_ok, other=0).to(tl.int64)
         idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, G_PAD]
-        ok = p_ok[:, None] & g_ok[None, :]
-        lse = tl.load(PLSE + idx, mask=ok, other=_NEG)
-        o = tl.load(PO + idx[:, :, None] * D + offs_d[None, None, :], mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)
+        lse = tl.load(PLSE + idx, mask=p_ok[:, None] & g_ok[None, :], other=_NEG)
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         alpha = tl.math.exp2(m - m_new)
         w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, G_PAD]
-        acc = acc * alpha[:, None] + tl.sum(o * w[:, :, None], axis=0)
+        acc = acc * alpha[:, None]
+        for j in tl.static_range(BLOCK_P):
+            pick = offs_b == j
+            row_j = tl.sum(tl.where(pick, prow, 0), axis=0)
+            w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [G_PAD]
+            ok_j = g_ok & (g * 0 + i + j < last)
+            o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :], other=0.0)
+            acc += o * w_j[:, None]
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
     if OWN_RANGES > 0:
@@ -257,7 +264,7 @@ def run_work(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
         OWN_RANGES=OWN_RANGES if own else 0, BLOCK_K=OWN_BLOCK, FLAT=flat,
-        num_warps=4 if work.merge_block * g_pad * d_pad <= 8192 else 8,  # a block of partials in registers
+        num_warps=4,
     )
     return out
 
