@@ -43,11 +43,10 @@ SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one toke
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
     WorkConfig(),
-    WorkConfig(merge_block=4),
+    WorkConfig(merge_block=1),
     WorkConfig(merge_block=8),
-    WorkConfig(merge_block=16),
     WorkConfig(waves=1.5),
-    WorkConfig(waves=1.5, merge_block=8),
+    WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]

@@ -43,7 +43,7 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "work", [WorkConfig(), WorkConfig(fold_own=0), WorkConfig(merge_block=8)], ids=["tails-in-merge", "tail-items", "merge-block-8"]
+    "work", [WorkConfig(), WorkConfig(fold_own=0), WorkConfig(merge_block=1)], ids=["tails-in-merge", "tail-items", "merge-block-1"]
 )
 def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)

@@ -138,7 +138,7 @@ def _partial_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["own_stride"])  # the row count: one compiled merge for every batch
 def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
     Q, K, V, SLOTS, OWN_START, OWN_LEN, own_stride, scale_log2, page_size,

@@ -29,7 +29,7 @@ def _hash32(x):
     return x ^ (x >> 16)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["chunk"])  # chunk follows the row count: one compiled kernel for all
 def _sample_part_kernel(
     LOGITS, SCORES, TEMP, SEED, STEP, PART_F, PART_I, vocab, chunk, stride_l, stride_s,
     HAS_SCORES: tl.constexpr, BLOCK: tl.constexpr,
@@ -84,7 +84,7 @@ def _sample_part_kernel(
     tl.store(PART_I + row * parts + part, tl.min(tl.where(best == top, best_id, 2147483647), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["parts"])
 def _sample_join_kernel(LOGITS, PART_F, PART_I, OUT, parts, stride_l, PARTS: tl.constexpr):
     """Join a row's parts in a fixed order: the best draw (earliest id on ties) and the log-sum-exp."""
     row = tl.program_id(0)
@@ -154,5 +154,6 @@ def gumbel_sample(
         logits, src, temperature, seeds, steps, part_f, part_i, vocab, chunk, logits.stride(0), src.stride(0),
         HAS_SCORES=scores is not None, BLOCK=block, num_warps=4,
     )
-    _sample_join_kernel[(r,)](logits, part_f, part_i, out, parts, logits.stride(0), PARTS=max(2, triton.next_power_of_2(parts)))
+    most = vocab_parts(1, vocab, block)  # the join's width depends on the vocabulary only
+    _sample_join_kernel[(r,)](logits, part_f, part_i, out, parts, logits.stride(0), PARTS=max(2, triton.next_power_of_2(most)))
     return out

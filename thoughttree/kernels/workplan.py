@@ -54,9 +54,10 @@ class WorkConfig:
     fold_own: int = 128
     wide_tiles: tuple[int, int] = (256, 8192)
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
-    # Partials the merge loads per step. 1 measured fastest on an H200 (larger blocks build 3-D
-    # register tiles that cost more than the memory round trips they save).
-    merge_block: int = 1
+    # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
+    # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
+    # benchmark trees and on decode steps; 16 was slower.
+    merge_block: int = 4
 
     def __post_init__(self) -> None:
         if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk, self.max_block_m)):

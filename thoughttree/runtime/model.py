@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -17,7 +16,6 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
-from ..kernels.skinny import SkinnyConfig, skinny_linear
 from ..kernels.reference import (
     add_rms_norm_reference,
     rms_norm_reference,
@@ -87,9 +85,6 @@ class Transformer:
         # path. The CPU path runs the PyTorch references (tests switch this on under the
         # Triton interpreter).
         self.fused = device.type == "cuda"
-        # With the fused pieces, projections over a few rows stream their weight with the skinny
-        # kernel (None: always F.linear).
-        self.skinny: SkinnyConfig | None = SkinnyConfig()
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -106,7 +101,6 @@ class Transformer:
         cfg, w = self.cfg, self.w
         hq, hkv, d, eps = self.num_heads, self.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         add_norm = add_rms_norm if self.fused else add_rms_norm_reference
-        linear = partial(skinny_linear, config=self.skinny) if self.fused and self.skinny is not None else F.linear
         if not self.fused:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
             write = kv.write_slots[: kv.num_write]
@@ -114,7 +108,7 @@ class Transformer:
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
             h, residual = add_norm(x, residual, w[p + "ln1"], eps)
-            qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
             if cfg.qk_norm:
@@ -127,11 +121,11 @@ class Transformer:
                 q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
                 store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
-            x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
+            x = self.reduce(F.linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
-            gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
+            gate_up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
             act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
-            x = self.reduce(linear(act, w[p + "down"], w.get(p + "down_bias")))
+            x = self.reduce(F.linear(act, w[p + "down"], w.get(p + "down_bias")))
         return add_norm(x, residual, w["norm"], eps)[0]
 
     @torch.inference_mode()
