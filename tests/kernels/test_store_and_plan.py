@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
 from thoughttree.kernels.topology import concat_ranges, path_sums, preorder
+from thoughttree.kernels.workplan import upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -92,3 +93,13 @@ def test_plan_accepts_arrays_and_tensors_and_views_follow_the_paths() -> None:
     assert plan.visible_slots(2).tolist() == [0, 1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="integers"):
         plan_tree_attention([-1], [np.array([0.5])], [0], page_size=4, device="cpu")
+
+
+def test_uploaded_metadata_views_start_16_byte_aligned() -> None:
+    # Triton compiles a kernel variant per pointer alignment: every view must start aligned,
+    # whatever the sizes before it, and keep its values.
+    arrays = [np.arange(n, dtype=np.int64) * 3 - 1 for n in (5, 1, 0, 7, 4, 9)]
+    views = upload_int32(arrays, torch.device("cpu"))
+    for a, v in zip(arrays, views):
+        assert v.data_ptr() % 16 == 0
+        assert v.tolist() == a.tolist()

@@ -57,6 +57,11 @@ def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
     assert slow.stats.fast_steps == 0
     # Lengths known in advance: the steps queued ahead of the host's reads add no step.
     assert fast.stats.overlapped_steps > 0 and fast.stats.forward_steps == slow.stats.forward_steps
+    # Every metadata view and step input starts 16-byte aligned (Triton compiles per alignment).
+    arena = fast.engine.arena
+    w = arena.work
+    views = (w.slots, w.items, w.q_perm, w.q_node, w.q_vis, w.merge_offsets, w.merge_rows, w.own_start, w.own_len, *arena.step_in)
+    assert all(t.data_ptr() % 16 == 0 for t in views)
     assert tokens == want_tokens
     for a, b in zip(logprobs, want_logprobs):
         assert a == pytest.approx(b, abs=2e-2)

@@ -60,16 +60,16 @@ def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2):
     return m_new, l_i, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["first_item"])  # one compiled kernel wherever a class starts
 def _partial_kernel(
     Q, K, V, SLOTS, ITEMS, QPERM, QNODE, QVIS, PO, PLSE,
-    scale_log2, page_size,
+    first_item, scale_log2, page_size,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    item = ITEMS + tl.program_id(0) * NFIELDS
+    item = ITEMS + (first_item + tl.program_id(0)) * NFIELDS
     h = tl.program_id(1)
     kv_start = tl.load(item + 0)
     kv_len = tl.load(item + 1)
@@ -242,11 +242,10 @@ def run_work(
     page_size = k_cache.shape[1]
     flat = k_cache.stride(0) == page_size * k_cache.stride(1) and v_cache.stride(0) == page_size * v_cache.stride(1)
     for tc in work.classes:
-        items = work.items[tc.first_item : tc.first_item + tc.num_items]
         _partial_kernel[(tc.num_items, h_kv)](
-            q, k_cache, v_cache, work.slots, items, work.q_perm, work.q_node, work.q_vis,
+            q, k_cache, v_cache, work.slots, work.items, work.q_perm, work.q_node, work.q_vis,
             work.partial_o, work.partial_lse,
-            scale * 1.4426950408889634, page_size,
+            tc.first_item, scale * 1.4426950408889634, page_size,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,

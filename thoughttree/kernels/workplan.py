@@ -226,22 +226,40 @@ def layout(
                     none if own_start is None else own_start, none if own_len is None else own_len)
 
 
+ALIGN = 4  # int32 entries: each uploaded array starts 16-byte aligned
+
+
+def aligned_starts(sizes: list[int]) -> np.ndarray:
+    """Offsets (in int32 entries) of arrays of these sizes laid out back to back, each starting
+    on a 16-byte boundary, and the total as the last entry.
+
+    Triton specialises a kernel on whether each pointer is 16-byte aligned: views into one
+    buffer at arbitrary offsets would compile a new variant whenever a size before them changes.
+    """
+    return np.cumsum([0] + [-(-n // ALIGN) * ALIGN for n in sizes])
+
+
 def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """One host-to-device copy for all int32 metadata; returns views of it.
+    """One host-to-device copy for all int32 metadata; returns views of it, each 16-byte aligned.
 
     On CUDA the arrays are written straight into one pinned host buffer (PyTorch's caching host
     allocator reuses it across steps) and copied without blocking, so the host does not wait for
     the GPU's queued work before it returns.
     """
     sizes = [a.size for a in arrays]
-    flat = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+    starts = aligned_starts(sizes)
+    flat = np.zeros(int(starts[-1]), dtype=np.int64)
+    for a, start in zip(arrays, starts):
+        flat[start : start + a.size] = a.reshape(-1)
     if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
         raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
     if device.type != "cuda":
-        return list(torch.split(torch.from_numpy(flat.astype(np.int32)).to(device), sizes))
-    host = torch.empty(flat.size, dtype=torch.int32, pin_memory=True)
-    np.copyto(host.numpy(), flat, casting="unsafe")
-    return list(torch.split(host.to(device, non_blocking=True), sizes))
+        dev = torch.from_numpy(flat.astype(np.int32)).to(device)
+    else:
+        host = torch.empty(flat.size, dtype=torch.int32, pin_memory=True)
+        np.copyto(host.numpy(), flat, casting="unsafe")
+        dev = host.to(device, non_blocking=True)
+    return [dev[start : start + n] for start, n in zip(starts, sizes)]
 
 
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int) -> WorkPlan:

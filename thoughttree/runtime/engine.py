@@ -152,7 +152,10 @@ class Engine:
             device=self.model.device,
         )
         dev = self.model.device
-        rows = torch.tensor([tokens, positions, slots], device=dev)
+        width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
+        host_rows = np.zeros((3, width), dtype=np.int64)
+        host_rows[:, : len(tokens)] = [tokens, positions, slots]
+        rows = torch.from_numpy(host_rows).to(dev)[:, : len(tokens)]
         step = _EagerKV(self.kv, plan, rows[2], num_write, self.attention)
         hidden = self.model.forward(rows[0], rows[1], step)
         for s in order:

@@ -23,7 +23,7 @@ import torch
 from ..kernels.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
-from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan
+from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan, aligned_starts
 from .kv_pool import KVPool
 from .model import Transformer
 
@@ -96,10 +96,11 @@ class DecodeArena:
         n_items = sum(cap.items) + 1
         self._sizes = [cap.slots + 1, n_items * ITEM_FIELDS, r, r, r, r + 1, cap.partials, r,
                        cap.tail_pieces, cap.tail_pieces, cap.tail_pieces, OWN_RANGES * r, OWN_RANGES * r, 1]
-        self.meta = torch.zeros(sum(self._sizes), dtype=torch.int32, device=dev)
-        self._host_meta = torch.zeros(sum(self._sizes), dtype=torch.int32, pin_memory=dev.type == "cuda")
+        self._starts = aligned_starts(self._sizes)  # every view 16-byte aligned: one compiled kernel
+        self.meta = torch.zeros(int(self._starts[-1]), dtype=torch.int32, device=dev)
+        self._host_meta = torch.zeros(int(self._starts[-1]), dtype=torch.int32, pin_memory=dev.type == "cuda")
         (slots, items, q_perm, q_node, q_vis, offsets, rows_, tail_base, tail_items, tail_rows, tail_starts,
-         own_start, own_len, self.tail_fold) = torch.split(self.meta, self._sizes)
+         own_start, own_len, self.tail_fold) = (self.meta[a : a + n] for a, n in zip(self._starts, self._sizes))
         self.own_len = own_len.view(OWN_RANGES, r)
         self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
         self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
@@ -120,9 +121,10 @@ class DecodeArena:
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
         # slot, tail length (= tokens sampled). Two pinned host copies take turns, so writing one
         # step's inputs never races the upload of the step before.
-        self.step_in = torch.zeros(4, r, dtype=torch.int64, device=dev)
+        width = r + r % 2  # each row of int64 inputs starts 16-byte aligned
+        self.step_in = torch.zeros(4, width, dtype=torch.int64, device=dev)
         pinned = dev.type == "cuda"
-        self._host_step = torch.zeros(2, 4, r, dtype=torch.int64, pin_memory=pinned)
+        self._host_step = torch.zeros(2, 4, width, dtype=torch.int64, pin_memory=pinned)
         # Sampling: each row's temperature and seed (set per run), and the step's draws (token,
         # log-probability), copied to one of two pinned host buffers per step.
         self.temperature = torch.zeros(r, dtype=torch.float32, device=dev)
@@ -170,12 +172,13 @@ class DecodeArena:
             np.concatenate([pad(host.own_start[0], r), pad(host.own_start[1], r, dummy_slot)]),
             np.concatenate([pad(a, r) for a in host.own_len]), np.array([int(work.folded)]),
         ]
-        flat = np.concatenate(parts)
-        if flat.max(initial=0) >= 2**31:
+        if max(int(a.max(initial=0)) for a in parts) >= 2**31:
             raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
         if self._events is not None:
             torch.cuda.current_stream().synchronize()  # no earlier upload from the pinned copy is pending
-        self._host_meta.numpy()[:] = flat
+        host_meta = self._host_meta.numpy()
+        for a, start in zip(parts, self._starts):
+            host_meta[start : start + a.size] = a
         self.meta.copy_(self._host_meta, non_blocking=True)
 
     def step(self, inputs: np.ndarray) -> torch.Tensor:
