@@ -104,9 +104,15 @@ def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
     tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)  # 7 pages of 4
     with pytest.raises(KVPoolExhausted):
         tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=16, ignore_eos=True))
+    assert lm.stats.overlapped_steps > 0  # it ran out reserving slots for a step queued ahead of the host
     lm.check_integrity(tree)
     tree.prune(tree.root)
     assert lm.kv.pool.num_used == 0
+    # The step queued when the pool ran out leaves nothing behind: the same LM decodes on as a fresh one.
+    small = Sampling(max_tokens=3, temperature=1.0, ignore_eos=True)
+    trees = [ThoughtTree(x, prompt=list(range(3, 30)), seed=1) for x in (lm, _lm(model_dir, fast=True, num_pages=16))]
+    got, want = ([k.tokens for k in t.expand([t.root], n=2, sampling=small)[0]] for t in trees)
+    assert got == want
 
 
 @pytest.mark.gpu
