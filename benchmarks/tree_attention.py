@@ -47,6 +47,7 @@ SWEEP = (
     WorkConfig(merge_block=8),
     WorkConfig(waves=1.5),
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
+    WorkConfig(tiles=((16, 64, 4, 3), (64, 64, 4, 5), (128, 64, 8, 5))),  # per-sequence's tile for few-row nodes
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
