@@ -82,9 +82,8 @@ class DecodeRun:
         alive = np.array([self.row_of[i] for i in ids], dtype=np.int64)
         inputs = np.empty((4, r), dtype=np.int64)
         inputs[3] = [len(t.tokens) for t in tails]
-        inputs[0] = 0
+        inputs[:2] = 0  # finished rows: token 0 at position 0, written to the scratch slot
         inputs[2] = self.engine.kv.pool.scratch_slot
-        inputs[1] = 0
         live = [tails[row] for row in alive]
         inputs[0, alive] = -1 if from_device else [t.tokens[-1] for t in live]
         inputs[2, alive] = [t.slots[-1] for t in live]

@@ -237,8 +237,7 @@ class Engine:
                     run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
-            go = [i for i in rows if len(outs[i].tokens) + 1 < requests[i].sampling.max_tokens
-                  and outs[i].segment.end + 1 < self.max_context]
+            go = [i for i in rows if not self._at_length(outs[i], requests[i].sampling, ahead=1)]
             queued = None
             if go and run.keeps(go):
                 self._reserve([outs[i].segment for i in go])
@@ -251,11 +250,19 @@ class Engine:
                 kept = set(still)
                 queued = ([i for i in queued[0] if i in kept], queued[1]) if kept else None
 
-    def _reserve(self, segs: list[Segment]) -> None:
-        """Give each segment a slot and a placeholder for its next token (the draw not yet read)."""
+    def _at_length(self, out: Decoded, sampling: Sampling, ahead: int = 0) -> bool:
+        """Whether ``out`` has reached its length limit (``ahead``: after that many more tokens)."""
+        return len(out.tokens) + ahead >= sampling.max_tokens or out.segment.end + ahead >= self.max_context
+
+    def _make_room(self, segs: list[Segment]) -> None:
+        """Raise KVPoolExhausted (with capacity and use) unless each segment can grow by one token."""
         need = self.kv.pages_needed_to_append(segs)
         if need > self.kv.pool.num_free:
-            self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
+            self.kv.pool.alloc(need)
+
+    def _reserve(self, segs: list[Segment]) -> None:
+        """Give each segment a slot and a placeholder for its next token (the draw not yet read)."""
+        self._make_room(segs)
         for seg in segs:
             self.kv.append(seg, PLACEHOLDER)
 
@@ -263,9 +270,7 @@ class Engine:
         self, rows: list[int], tokens: list[int], logprobs: list[float], outs: list[Decoded], placed: AbstractSet[int] = frozenset()
     ) -> None:
         """Record one drawn token per request of ``rows``; those in ``placed`` already hold a placeholder for it."""
-        need = self.kv.pages_needed_to_append([outs[i].segment for i in rows if i not in placed])
-        if need > self.kv.pool.num_free:
-            self.kv.pool.alloc(need)  # raises KVPoolExhausted with capacity and use
+        self._make_room([outs[i].segment for i in rows if i not in placed])
         for i, token, lp in zip(rows, tokens, logprobs):
             out = outs[i]
             if i in placed:
@@ -293,7 +298,7 @@ class Engine:
         still = []
         for i in active:
             out = outs[i]
-            if i not in reasons and (len(out.tokens) >= requests[i].sampling.max_tokens or out.segment.end >= self.max_context):
+            if i not in reasons and self._at_length(out, requests[i].sampling):
                 reasons[i] = "length"
             out.finish_reason = reasons.get(i, "")
             if not out.finish_reason:

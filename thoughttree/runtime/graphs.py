@@ -7,10 +7,11 @@ host-to-device copy; a step is one small copy of its inputs and then either the 
 the replay of a graph captured for the step's row bucket. The step samples each row's next token
 on the device, and a row given token -1 reads the token the previous step sampled for it, so a
 step can be launched before the host has seen the last one's draws; :meth:`DecodeArena.publish`
-copies a step's draws to pinned host memory behind an event (two such buffers take turns). Tail lengths and newest slots are written into the work on the device, inside
-the step (into the merge's own ranges when the tails are folded, else into the tail items), so
-the graph sees the tree grow without being captured again. Padding rows write
-their keys and values to the pool's scratch slot and are never read.
+copies a step's draws to pinned host memory behind an event (two such buffers take turns). Tail
+lengths and newest slots are written into the work on the device, inside the step (into the
+merge's own ranges when the tails are folded, else into the tail items), so the graph sees the
+tree grow without being captured again. Padding rows write their keys and values to the pool's
+scratch slot and are never read.
 """
 
 from __future__ import annotations
