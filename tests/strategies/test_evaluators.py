@@ -117,3 +117,51 @@ def test_label_probs_is_the_expected_label_score(tiny_model_dir):
     same_start = LabelProbs(prompt=lambda p, n: "value:", labels={"ab": 1.0, "ac": 0.0})
     with pytest.raises(TaskError, match="first tokens differ"):
         same_start.evaluate(FakeLM(), None, nodes, seed=0)  # one token per character: both start with "a"
+
+
+def _lookahead_lm():
+    """Proposals from 'a;' reach x (sure) or y (likely) by seed, from 'b;' only an invalid step."""
+
+    def answers(prompt: str, seed: int) -> str:
+        return ("x" if seed % 2 else "y") if prompt == "P a;" else "bad"
+
+    def logits(text: str) -> dict[str, float]:
+        return {"V x": {"s": 12.0}, "V y": {"l": 12.0}}.get(text, {"i": 12.0})
+
+    return FakeLM(children={"Q:": ["a;", "b;", "c;"]}, answers=answers, logits=logits)
+
+
+def _lookahead(samples: int = 8):
+    from thoughttree.tasks import LabelProbs, Lookahead
+
+    return Lookahead(
+        expand=lambda p, n: None if n.text == "c;" else f"P {n.text}",
+        child=lambda p, n, text: None if text == "bad" else f"V {text}",
+        leaf=LabelProbs(prompt=lambda p, n: f"V {n.text}", labels=LABELS),
+        samples=samples,
+    )
+
+
+def test_lookahead_takes_the_best_child_in_one_batch_each():
+    lm = _lookahead_lm()
+    tree, kids = small_tree(lm)
+    lm.calls.clear()
+    a, b, c = _lookahead().evaluate(lm, "Q", kids, seed=tree.seed)
+    assert a == pytest.approx(20.0, rel=1e-3), "a's best proposal leads to a sure state"
+    assert b == 0.001, "no valid proposal: the lowest value"
+    assert c == pytest.approx(0.001, rel=1e-3), "a node not expanded is valued directly"
+    assert lm.calls == [("complete", 16), ("tree_logits", 3)], "16 proposals, then each distinct state once"
+
+
+def test_lookahead_values_do_not_depend_on_the_batch_and_samples_override():
+    lm = _lookahead_lm()
+    tree, kids = small_tree(lm)
+    ev = _lookahead()
+    assert ev.evaluate(lm, "Q", kids[:1], seed=tree.seed) == ev.evaluate(lm, "Q", kids, seed=tree.seed)[:1]
+    lm.calls.clear()
+    ev.evaluate(lm, "Q", kids[:2], seed=tree.seed, samples=3)
+    assert lm.calls[0] == ("complete", 6)
+    assert ev.bounds == (0.001, 20.0)
+    assert ev.evaluate(lm, "Q", [], seed=0) == []
+    with pytest.raises(ValueError, match="samples"):
+        _lookahead(samples=0)

@@ -60,7 +60,7 @@ def test_io_run_lists_its_samples_for_best_of_k(lm) -> None:
 
 
 def test_token_budget_stops_searches_early(lm) -> None:
-    run = Game24Run(method="bfs", start=900, end=901, seed=0, max_tokens_per_problem=40)
+    run = Game24Run(method="bfs", start=900, end=901, seed=0, samples=10, value="probs", max_tokens_per_problem=40)
     capped = run_game24(lm, run).run
     # the first round (10 proposals of at most 32 tokens, then values) passes 40; no second round
     assert 40 <= capped.totals["generated_tokens"] <= 40 + 10 * 32

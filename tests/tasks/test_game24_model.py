@@ -82,3 +82,27 @@ def test_model_loads_and_answers_in_format(tokenizer, model) -> None:
     assert parse_propose(greedy(propose_prompt(state)), state).valid
     assert parse_value(greedy(value_prompt((4, 6)))) == "sure"
     assert parse_value(greedy(value_prompt((1, 1, 1)))) == "impossible"
+
+
+def test_lookahead_values_states_by_the_best_state_one_step_on() -> None:
+    """The default evaluator of the bundled model: three-number states by their proposals' best
+    two-number state, two-number states directly; the proposals' tokens count as generated."""
+    from thoughttree import LM, RuntimeConfig, ThoughtTree
+    from thoughttree.tasks import LabelProbs, Lookahead
+    from thoughttree.tasks.game24 import Game24, Game24Config
+
+    lm = LM.from_pretrained(MODEL_DIR, device="cpu", runtime=RuntimeConfig(num_pages=1024))
+    task, problem = Game24(Game24Config(value="lookahead", lookahead_samples=12)), "1 2 3 4"
+    evaluator = task.evaluator()
+    assert isinstance(evaluator, Lookahead)
+    tree = ThoughtTree(lm, prompt=task.prompt(problem))
+    texts = ["1 * 2 = 2 (left: 2 3 4)\n", "3 - 2 = 1 (left: 1 1 4)\n", "2 * 3 = 6 (left: 1 4 6)\n"]
+    nodes = [tree.add_child(tree.root, lm.encode(t, add_bos=False), t) for t in texts]
+    two = tree.add_child(nodes[2], lm.encode("1 * 4 = 4 (left: 4 6)\n", add_bos=False), "1 * 4 = 4 (left: 4 6)\n")
+    before = lm.stats.generated_tokens
+    high, low, _, direct = evaluator.evaluate(lm, problem, [*nodes, two], seed=0)
+    assert lm.stats.generated_tokens - before >= 3 * 12, "every proposal's tokens are counted"
+    assert high > 10 and low < 0.1, "2 3 4 reaches 24 (4 * 6, 2 * 12), 1 1 4 does not"
+    probs = LabelProbs(prompt=lambda p, n: value_prompt((4, 6)), labels=evaluator.leaf.labels)
+    assert direct == pytest.approx(probs.evaluate(lm, problem, [two], seed=0)[0], rel=1e-4)
+    lm.check_integrity(tree)

@@ -68,6 +68,9 @@ def test_direct_answers() -> None:
         (dict(method="magic"), "unknown method"),
         (dict(breadth=0), "--breadth"),
         (dict(puzzles=("4 5 x 10",)), "not a whole number"),
+        (dict(value="magic"), "--value"),
+        (dict(prompts="few_shot", value="lookahead"), "'samples' for few-shot"),
+        (dict(evaluations=0), "--evaluations"),
     ],
 )
 def test_run_settings_are_checked(kwargs: dict, message: str) -> None:
@@ -101,6 +104,12 @@ def test_few_shot_prompts_for_instruction_models() -> None:
     assert isinstance(task.evaluator(), ValuePrompt)
     with pytest.raises(ValueError, match="value='samples'"):
         Game24Config(prompts="few_shot", value="probs")
+    with pytest.raises(ValueError, match="value='samples'"):
+        Game24Config(prompts="few_shot", value="lookahead")
+    with pytest.raises(ValueError, match="lookahead_samples"):
+        Game24Config(lookahead_samples=0)
+    compact, verdicts = Game24Run(), Game24Run(prompts="few_shot")
+    assert (compact.value, compact.evaluations, verdicts.value, verdicts.evaluations) == ("lookahead", 20, "samples", 3)
     io = Game24Direct(Game24DirectConfig(prompts="few_shot"))
     assert io.prompt(problem).endswith("Input: 4 5 6 10\n")
     node = tree.add_child(tree.root, [4], "Answer: (10 - 4) * 5 - 6 = 24\n")

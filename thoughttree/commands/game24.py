@@ -16,6 +16,7 @@ from ..live import format_stat
 from ..ranks import is_main_process
 from ..runner import Record, RunOptions, finish
 from ..tasks.game24.puzzles import NUM_PUZZLES
+from ..tasks.game24.task import VALUES
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
@@ -46,15 +47,17 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--prompts", choices=("compact", "few_shot"),
                    help="compact formats (default for the bundled model) or few-shot Tree-of-Thoughts prompts "
                         "(default for other models)")
-    p.add_argument("--value", choices=("probs", "samples"),
-                   help="value states by label probabilities (compact default) or sampled verdicts (few-shot default)")
+    p.add_argument("--value", choices=VALUES,
+                   help="value states by label probabilities (probs), by the best label-probability value one "
+                        "sampled step ahead (lookahead, compact default), or by sampled verdicts (samples, few-shot "
+                        "default)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
     add_data_parallel(p)
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
-        ("samples", None, "propose completions per expanded state (10 compact, 1 few-shot)"),
-        ("evaluations", 3, "value samples per state"),
+        ("samples", None, "propose completions per expanded state (compact: 30 for bfs, 10 otherwise; 1 few-shot)"),
+        ("evaluations", None, "value samples per state: sampled verdicts (3) or look-ahead proposals (20)"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
         ("width", 5, "beam width"),
         ("iterations", 32, "MCTS iterations"),

@@ -20,7 +20,7 @@ from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
 from ..tasks.game24.arith import check_answer, format_numbers
 from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
-from ..tasks.game24.task import STYLES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
+from ..tasks.game24.task import STYLES, VALUES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import derive_seed
 from ..tree.serialize import RunFile
 from .model import model_meta
@@ -40,14 +40,15 @@ class Game24Run:
     end: int = 1000
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
-    samples: int | None = None  # propose completions per expanded node: 10 compact (one step each), 1 few-shot (a list)
-    evaluations: int = 3  # value samples per node
+    samples: int | None = None  # propose completions per expanded node: 1 few-shot (a list); compact (one step
+    # each) 30 for BFS, whose few kept states must each see most of their steps, and 10 for the others
+    evaluations: int | None = None  # value samples per node: 3 sampled verdicts, or 20 look-ahead proposals
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
     iterations: int = 32  # MCTS iterations
     rule: str = "uct"  # MCTS selection: "uct", or "puct" with the proposals' probabilities as priors
     max_tokens_per_problem: int | None = None  # stop a search once it has generated this many tokens
-    value: str | None = None  # "probs" (compact default) or "samples" (few-shot default)
+    value: str | None = None  # "probs", "lookahead" (compact default) or "samples" (few-shot default)
     prompts: str = "compact"  # "compact" for the bundled model, "few_shot" for instruction-tuned models
     puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
 
@@ -55,9 +56,11 @@ class Game24Run:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
         compact = self.prompts == "compact"
         if self.samples is None:
-            object.__setattr__(self, "samples", 10 if compact else 1)
+            object.__setattr__(self, "samples", (30 if self.method == "bfs" else 10) if compact else 1)
         if self.value is None:
-            object.__setattr__(self, "value", "probs" if compact else "samples")
+            object.__setattr__(self, "value", "lookahead" if compact else "samples")
+        if self.evaluations is None:
+            object.__setattr__(self, "evaluations", 20 if self.value == "lookahead" else 3)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         if not 0 <= self.start < NUM_PUZZLES:
@@ -66,9 +69,9 @@ class Game24Run:
             raise ValueError(f"--end must be in {self.start + 1}..{NUM_PUZZLES}, got {self.end}")
         if self.prompts not in STYLES:
             raise ValueError(f"--prompts must be one of {', '.join(STYLES)}, got {self.prompts!r}")
-        if self.value not in ("probs", "samples") or (self.value == "probs" and not compact):
-            raise ValueError(f"--value must be 'samples' for few-shot prompts, or 'probs'/'samples' for compact ones; "
-                             f"got {self.value!r}")
+        if self.value not in VALUES or (self.value != "samples" and not compact):
+            raise ValueError(f"--value must be 'samples' for few-shot prompts, or one of {', '.join(VALUES)} for "
+                             f"compact ones; got {self.value!r}")
         for name in ("breadth", "samples", "evaluations", "k", "width", "iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -96,7 +99,8 @@ class Game24Run:
             return Game24Direct(Game24DirectConfig(style=m, prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
         if m == "bon":
             return _LogProbCot(Game24DirectConfig(style="cot", prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
-        task = Game24(Game24Config(prompts=self.prompts, value=self.value))
+        task = Game24(Game24Config(prompts=self.prompts, value=self.value, value_samples=self.evaluations,
+                                   lookahead_samples=self.evaluations))
         if m == "bfs":
             return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)
         if m == "dfs":

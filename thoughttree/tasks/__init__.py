@@ -6,13 +6,14 @@ Subclass :class:`Task` for a new problem family; pick an evaluator from
 
 from .base import Propose, Sample, Task, TaskConfig, TaskError
 from .game24 import Game24, Game24Direct
-from .evaluate import Evaluator, LabelProbs, LogProb, Rollout, ValuePrompt, Verifier, Vote, parse_choice
+from .evaluate import Evaluator, LabelProbs, LogProb, Lookahead, Rollout, ValuePrompt, Verifier, Vote, parse_choice
 
 __all__ = [
     "Evaluator",
     "Game24",
     "Game24Direct",
     "LabelProbs",
+    "Lookahead",
     "LogProb",
     "Propose",
     "Rollout",

@@ -6,6 +6,8 @@
   ``fork=True``, to ``lm.complete_from`` as a suffix of the node's own path.
 - :class:`LabelProbs`: the same question answered by the label probabilities of one forward
   (``lm.tree_logits``): the expected label score, no sampling noise.
+- :class:`Lookahead`: one step of look-ahead: sample the model's next steps from each node and
+  take the best :class:`LabelProbs` value among the states they lead to.
 - :class:`Vote`: show the model the children of one parent and let it vote for the best, several
   times; a child's value is its share of the votes.
 - :class:`LogProb`: the model's log-probability of the node's tokens (or of its whole path),
@@ -159,7 +161,11 @@ class LabelProbs:
     def evaluate(
         self, lm: Any, problem: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None
     ) -> list[float]:
-        if not nodes:
+        return self.score(lm, [self.prompt(problem, node) for node in nodes])
+
+    def score(self, lm: Any, prompts: Sequence[str | Sequence[int]]) -> list[float]:
+        """The expected label score after each prompt, all in one ``lm.tree_logits`` call."""
+        if not prompts:
             return []
         first = {label: lm.encode(label, add_bos=False)[:1] for label in self.labels}
         ids = [tokens[0] for tokens in first.values() if tokens]
@@ -169,14 +175,71 @@ class LabelProbs:
                 "use ValuePrompt (sampled answers) instead"
             )
         seqs = []
-        for node in nodes:
-            prompt = check_prompt(self.prompt(problem, node), "LabelProbs.prompt")
+        for raw in prompts:
+            prompt = check_prompt(raw, "LabelProbs.prompt")
             seqs.append(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
         logits = _need(lm, "tree_logits", "LabelProbs")(seqs)
         probs = logits.float().softmax(dim=-1)[:, ids]  # [nodes, labels]
         probs = probs / probs.sum(dim=-1, keepdim=True).clamp_min(1e-30)
         scores = probs.new_tensor(list(self.labels.values()))
         return [float(v) for v in probs @ scores]
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """One step of look-ahead: a node is worth the best state the model's proposed next steps reach.
+
+    For each node, ``expand(problem, node)`` is a propose prompt, or None for a node that ``leaf``
+    values directly (one step from the end, say). ``samples`` completions are drawn per expanded
+    node, all nodes in one batch; ``child(problem, node, completion)`` is the ``leaf`` prompt of
+    the state the proposed step leads to, or None for an invalid step. Every distinct child
+    prompt is scored once by ``leaf.score`` (one forward for all of them) and the node's value is
+    the best of its children's, or ``leaf``'s lowest value when no proposal was valid.
+
+    The tokens the proposals generate count as the search's generated tokens, like any other
+    evaluation; ``samples`` passed to :meth:`evaluate` overrides the proposals per node.
+    """
+
+    expand: Callable[[Any, Node], str | Sequence[int] | None]
+    child: Callable[[Any, Node, str], str | Sequence[int] | None]
+    leaf: LabelProbs
+    samples: int = 20
+    sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=32, temperature=1.0, stop=("\n",)))
+
+    def __post_init__(self) -> None:
+        _check_samples(self.samples, "Lookahead")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return self.leaf.bounds
+
+    def evaluate(
+        self, lm: Any, problem: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None
+    ) -> list[float]:
+        k = _check_samples(samples if samples is not None else self.samples, "Lookahead")
+        if not nodes:
+            return []
+        expand = [self.expand(problem, n) for n in nodes]
+        expanded = [i for i, p in enumerate(expand) if p is not None]
+        prompts = [check_prompt(expand[i], "Lookahead.expand") for i in expanded for _ in range(k)]
+        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].id, j) for i in expanded for j in range(k)]
+        gens = _need(lm, "complete", "Lookahead")(prompts, self.sampling, seeds) if prompts else []
+        # What each node's value is the best of: its children's prompts, or its own when not expanded.
+        wanted: list[list[str | list[int]]] = [
+            [] if p is not None else [check_prompt(self.leaf.prompt(problem, n), "LabelProbs.prompt")]
+            for n, p in zip(nodes, expand)
+        ]
+        for g, i in zip(gens, (i for i in expanded for _ in range(k))):
+            prompt = self.child(problem, nodes[i], g.text)
+            if prompt is not None:
+                wanted[i].append(check_prompt(prompt, "Lookahead.child"))
+        unique = list(dict.fromkeys(_key(p) for ps in wanted for p in ps))
+        scores = dict(zip(unique, self.leaf.score(lm, [u if isinstance(u, str) else list(u) for u in unique])))
+        return [max((scores[_key(p)] for p in ps), default=self.leaf.bounds[0]) for ps in wanted]
+
+
+def _key(prompt: str | Sequence[int]) -> str | tuple[int, ...]:
+    return prompt if isinstance(prompt, str) else tuple(prompt)
 
 
 _CHOICE = re.compile(r"best choice is\s*:?\s*(\d+)", re.IGNORECASE)

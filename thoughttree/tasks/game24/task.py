@@ -4,7 +4,8 @@ A node below the root is one step line ``a op b = c (left: ...)``; its state is 
 left. Children come from a propose prompt of the node's state (invalid steps rejected, and
 steps that leave the same numbers as an earlier sibling dropped as duplicates); states are
 scored by a value prompt (sure / likely / impossible, as in Tree of
-Thoughts); a node with one number left is terminal, and its path composes into an answer
+Thoughts), or by looking one step ahead: a state of three or four numbers is worth the best
+value among the states its sampled next steps leave; a node with one number left is terminal, and its path composes into an answer
 expression that the exact checker verifies.
 
 Two prompt styles: ``"compact"``, the one-line formats the bundled model is trained on (one
@@ -21,7 +22,7 @@ from typing import Hashable, Sequence
 from ...config import Sampling
 from ...tree import Node
 from ..base import Propose, Request, Task, TaskConfig
-from ..evaluate import Evaluator, LabelProbs, ValuePrompt, Verifier
+from ..evaluate import Evaluator, LabelProbs, Lookahead, ValuePrompt, Verifier
 from .arith import check_answer, format_numbers
 from .formats import VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose, path_answer
 from .formats import propose_prompt, value_prompt
@@ -31,6 +32,7 @@ from .steps import make_state, parse_step
 
 Puzzle = tuple[int, ...]
 STYLES = ("compact", "few_shot")
+VALUES = ("probs", "lookahead", "samples")
 
 
 def _check_style(style: str) -> None:
@@ -44,8 +46,10 @@ class Game24Config(TaskConfig):
 
     ``value`` "probs" scores a state by the expected label score under the value prompt's label
     probabilities (one forward, no noise; compact prompts only, whose labels are single tokens);
-    "samples" averages ``value_samples`` sampled verdicts as Tree of Thoughts does. Sampling
-    settings left as None take the style's defaults.
+    "lookahead" (compact only) scores a state of three or four numbers by the best "probs" value
+    among the states that ``lookahead_samples`` proposals from it leave, and smaller states by
+    "probs" directly; "samples" averages ``value_samples`` sampled verdicts as Tree of Thoughts
+    does. Sampling settings left as None take the style's defaults.
     """
 
     prompts: str = "compact"
@@ -53,13 +57,17 @@ class Game24Config(TaskConfig):
     value: str = "probs"
     value_sampling: Sampling | None = None
     value_samples: int = 3
+    lookahead_samples: int = 20
 
     def __post_init__(self) -> None:
         _check_style(self.prompts)
-        if self.value not in ("probs", "samples"):
-            raise ValueError(f"Game24 value must be 'probs' or 'samples', got {self.value!r}")
-        if self.prompts == "few_shot" and self.value == "probs":
+        if self.value not in VALUES:
+            raise ValueError(f"Game24 value must be one of {', '.join(VALUES)}, got {self.value!r}")
+        if self.prompts == "few_shot" and self.value != "samples":
             raise ValueError("few-shot Game24 prompts end in a free-text verdict; use value='samples'")
+        for name in ("value_samples", "lookahead_samples"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"Game24 {name} must be an integer >= 1, got {getattr(self, name)!r}")
         compact = self.prompts == "compact"
         if self.sampling is None:
             default = (Sampling(max_tokens=32, temperature=1.0, stop="\n") if compact
@@ -124,11 +132,24 @@ class Game24(Task):
             state = node_state(as_puzzle(problem), node)
             return value_prompt(state) if compact else few_shot_value_prompt(state)
 
+        probs = LabelProbs(prompt=prompt, labels=VALUE_OF_LABEL)
         if self.config.value == "probs":
-            return LabelProbs(prompt=prompt, labels=VALUE_OF_LABEL)
+            return probs
+        if self.config.value == "lookahead":
+            return Lookahead(expand=self._lookahead_prompt, child=self._lookahead_child, leaf=probs,
+                             samples=self.config.lookahead_samples, sampling=self.config.sampling)
         return ValuePrompt(
             prompt=prompt, labels=VALUE_OF_LABEL, samples=self.config.value_samples, sampling=self.config.value_sampling
         )
+
+    def _lookahead_prompt(self, problem: str | Sequence[int], node: Node) -> str | None:
+        """Propose from states of three or four numbers; two are one step from the end and valued directly."""
+        state = node_state(as_puzzle(problem), node)
+        return propose_prompt(state) if len(state) > 2 else None
+
+    def _lookahead_child(self, problem: str | Sequence[int], node: Node, completion: str) -> str | None:
+        check = parse_propose(completion, node_state(as_puzzle(problem), node))
+        return value_prompt(check.state) if check.valid and check.state is not None else None
 
     def is_terminal(self, problem: str | Sequence[int], node: Node) -> bool:
         return not node.is_root and len(node_state(as_puzzle(problem), node)) == 1
