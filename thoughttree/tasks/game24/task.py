@@ -54,7 +54,7 @@ class Game24Config(TaskConfig):
 
     prompts: str = "compact"
     sampling: Sampling | None = None  # type: ignore[assignment]
-    value: str = "probs"
+    value: str = "lookahead"
     value_sampling: Sampling | None = None
     value_samples: int = 3
     lookahead_samples: int = 20
