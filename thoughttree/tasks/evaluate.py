@@ -220,21 +220,22 @@ class Lookahead:
         if not nodes:
             return []
         expand = [self.expand(problem, n) for n in nodes]
-        expanded = [i for i, p in enumerate(expand) if p is not None]
-        prompts = [check_prompt(expand[i], "Lookahead.expand") for i in expanded for _ in range(k)]
-        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].id, j) for i in expanded for j in range(k)]
-        gens = _need(lm, "complete", "Lookahead")(prompts, self.sampling, seeds) if prompts else []
+        proposals = [(i, j) for i, p in enumerate(expand) if p is not None for j in range(k)]  # (node, sample)
+        prompts = {i: check_prompt(expand[i], "Lookahead.expand") for i, _ in proposals}
+        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].id, j) for i, j in proposals]
+        texts = [prompts[i] for i, _ in proposals]
+        gens = _need(lm, "complete", "Lookahead")(texts, self.sampling, seeds) if proposals else []
         # What each node's value is the best of: its children's prompts, or its own when not expanded.
         wanted: list[list[str | list[int]]] = [
             [] if p is not None else [check_prompt(self.leaf.prompt(problem, n), "LabelProbs.prompt")]
             for n, p in zip(nodes, expand)
         ]
-        for g, i in zip(gens, (i for i in expanded for _ in range(k))):
+        for g, (i, _) in zip(gens, proposals):
             prompt = self.child(problem, nodes[i], g.text)
             if prompt is not None:
                 wanted[i].append(check_prompt(prompt, "Lookahead.child"))
         unique = list(dict.fromkeys(_key(p) for ps in wanted for p in ps))
-        scores = dict(zip(unique, self.leaf.score(lm, [u if isinstance(u, str) else list(u) for u in unique])))
+        scores = dict(zip(unique, self.leaf.score(lm, unique)))
         return [max((scores[_key(p)] for p in ps), default=self.leaf.bounds[0]) for ps in wanted]
 
 

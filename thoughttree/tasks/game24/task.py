@@ -5,8 +5,8 @@ left. Children come from a propose prompt of the node's state (invalid steps rej
 steps that leave the same numbers as an earlier sibling dropped as duplicates); states are
 scored by a value prompt (sure / likely / impossible, as in Tree of
 Thoughts), or by looking one step ahead: a state of three or four numbers is worth the best
-value among the states its sampled next steps leave; a node with one number left is terminal, and its path composes into an answer
-expression that the exact checker verifies.
+value among the states its sampled next steps leave. A node with one number left is terminal,
+and its path composes into an answer expression that the exact checker verifies.
 
 Two prompt styles: ``"compact"``, the one-line formats the bundled model is trained on (one
 step per sample), and ``"few_shot"``, Tree-of-Thoughts-style few-shot prompts for
