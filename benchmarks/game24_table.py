@@ -107,7 +107,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, opts, m, _ in done:
         n = m["puzzles"]
-        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in opts.items())
+        shown = dict(opts)
+        if opts["method"] in SEARCHES:  # the defaults a search row depends on, spelled out
+            run = replace(base, **opts)
+            shown.update(samples=run.samples, value=run.value)
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items())
         avg = f"{m['average_sample_accuracy']:.1%}" if "average_sample_accuracy" in m else "–"
         tokens = m["generated_tokens"] / n
         equal = equal_token_cell(tokens, pools["io"], pools["cot"]) if opts["method"] in SEARCHES else "–"
