@@ -43,11 +43,10 @@ SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one toke
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
     WorkConfig(),
-    WorkConfig(merge_block=1),
-    WorkConfig(merge_block=8),
-    WorkConfig(waves=1.5),
+    WorkConfig(rounds=(2, 3, 4, 6, 8)),  # at least two rounds of programs per launch
+    WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM
+    WorkConfig(max_block_m=16),  # every node in 16-row tiles: one partial launch
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
-    WorkConfig(tiles=((16, 64, 4, 3), (64, 64, 4, 5), (128, 64, 8, 5))),  # per-sequence's tile for few-row nodes
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
@@ -200,7 +199,7 @@ def main() -> int:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
+            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "rounds", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
             st.add_column(label or "default", justify="right")
         for r in sweep_rows:
             st.add_row(*r)

@@ -23,6 +23,7 @@ ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge
 PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
 NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items
 ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000, merge_block=8)  # nodes < 64 read by the merge
+BY_ROUNDS = WorkConfig(num_sms=2, min_chunk=16, wide_tiles=(0, 0))  # each class's chunks sized for its own rounds
 
 
 @pytest.mark.parametrize("kind", ["chain", "star", "deep_narrow", "random", "lopsided"])
@@ -64,6 +65,7 @@ def test_causal_prefill_across_chunks(h_q: int, h_kv: int) -> None:
     q, k, v, plan = build([-1], [n], [0] * n, list(range(1, n + 1)), h_q=h_q, h_kv=h_kv, page_size=16, **CPU)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=SMALL_CHUNKS), q, k, v, plan)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=PREFETCHED), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=BY_ROUNDS), q, k, v, plan)
 
 
 def test_speculative_token_tree() -> None:
@@ -121,7 +123,7 @@ def _random_tree(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED, PREFETCHED, NO_FOLD, ALL_OWN]))
+@given(tree=_random_tree(), group=st.sampled_from([1, 4]), config=st.sampled_from([SMALL_CHUNKS, ALL_SHARED, PREFETCHED, NO_FOLD, ALL_OWN, BY_ROUNDS]))
 def test_random_forests_with_partial_visibility(tree: tuple, group: int, config: WorkConfig) -> None:
     parents, lengths, queries, visible = tree
     depth_tokens = list(lengths)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
 from thoughttree.kernels.topology import concat_ranges, path_sums, preorder
-from thoughttree.kernels.workplan import upload_int32
+from thoughttree.kernels.workplan import SM_LIMITS, WorkConfig, _tile_shapes, programs_per_sm, tree_host_work, upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -103,3 +103,58 @@ def test_uploaded_metadata_views_start_16_byte_aligned() -> None:
     for a, v in zip(arrays, views):
         assert v.data_ptr() % 16 == 0
         assert v.tolist() == a.tolist()
+
+
+def _class_items(parents: list[int], lengths: list[int], queries: list[int], cfg: WorkConfig) -> dict[int, tuple[int, int]]:
+    """{tile rows: (programs, longest chunk)} of a plan with 32 query and 8 KV heads of 128."""
+    slots = np.split(np.arange(sum(lengths)), np.cumsum(lengths)[:-1])
+    plan = plan_tree_attention(np.array(parents), slots, np.array(queries), page_size=16, device="cpu")
+    host = tree_host_work(plan, 32, 8, 128, cfg)
+    out = {}
+    for c, shape in enumerate(host.shapes):
+        chunk = host.items[host.item_class == c, 1]
+        if len(chunk):
+            out[shape[0]] = (8 * len(chunk), int(chunk.max()))
+    return out
+
+
+def test_work_sizing_fills_the_last_round_of_each_launch() -> None:
+    # A 20k prompt under 256 one-token leaves, on 132 SMs: 1024 query rows in 128-row tiles,
+    # one resident program per SM. Two programs per SM over the whole tree made 320 items: three
+    # rounds, the last part-empty. Sized per launch, the items fill one round (or two).
+    star = ([-1] + [0] * 256, [20480] + [1] * 256, list(range(1, 257)))
+    assert _class_items(*star, WorkConfig(waves=2.0, num_sms=132)) == {128: (320, 4096)}
+    programs, chunk = _class_items(*star, WorkConfig(num_sms=132))[128]
+    assert 0.9 * 132 <= programs <= 132 and programs * chunk >= 64 * 20480
+    programs, chunk = _class_items(*star, WorkConfig(num_sms=132, rounds=(2, 4)))[128]
+    assert 132 < programs <= 264 and -(-programs // 132) * chunk < 3 * 4096
+    # A launch that cannot fill one round joins the next narrower one: a 1.1k prompt's 40 query
+    # rows would be 40 64-row programs at most; in 16-row tiles, beside the ten 1000-key leaves,
+    # all fit one launch, sized to one round of the 660 programs (five per SM) it may have.
+    star = ([-1] + [0] * 10, [1100] + [1000] * 10, list(range(1, 11)))
+    assert set(_class_items(*star, WorkConfig(waves=2.0, num_sms=132))) == {16, 64}
+    classes = _class_items(*star, WorkConfig(num_sms=132))
+    assert set(classes) == {16} and 0.8 * 660 <= classes[16][0] <= 660
+
+
+def test_work_sizing_keeps_memory_bound_launches_in_one_round() -> None:
+    # 50 leaves of 400 keys, one query each: 400 16-row programs already stream K and V at the
+    # memory's rate, so cutting them into more, shorter items (two rounds) would only add partials.
+    star = ([-1] + [0] * 50, [20480] + [400] * 50, list(range(1, 51)))
+    assert _class_items(*star, WorkConfig(num_sms=132))[16] == (400, 400)
+
+
+def test_programs_per_sm_follow_shared_memory_and_registers() -> None:
+    shapes = _tile_shapes(4, 128)
+    # On an H200: five 16-row programs fit an SM, two 64-row ones (by shared memory and by
+    # registers), one 128-row one.
+    assert [programs_per_sm(s, 128, *SM_LIMITS) for s in shapes] == [5, 2, 1]
+    assert [programs_per_sm(s, 128, 100 * 1024, SM_LIMITS[1]) for s in shapes] == [2, 1, 1]  # never fewer than one
+    assert programs_per_sm((16, 32, 4, 2), 128, *SM_LIMITS) == 4  # estimated: 36 KiB, 116 registers a thread
+    assert programs_per_sm((64, 128, 4, 4), 128, *SM_LIMITS) == 1  # more shared memory than an SM has
+
+
+def test_work_config_rejects_bad_rounds() -> None:
+    for rounds in ((), (2, 1), (0, 1), (1, 1)):
+        with pytest.raises(ValueError, match="rounds"):
+            WorkConfig(rounds=rounds)

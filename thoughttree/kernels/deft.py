@@ -48,12 +48,15 @@ def _kv_tile(K, V, SLOTS, idx, ok, h, page_size, offs_d, d_ok,
 
 
 @triton.jit
-def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2):
-    """Online-softmax update of one KV tile for all rows (keys at or past ``lim`` masked)."""
-    s = tl.dot(q, tl.trans(k)) * scale_log2
-    s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    p = tl.math.exp2(s - m_new[:, None])
+def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2, masked):
+    """Online-softmax update of one KV tile for all rows: keys at or past ``lim`` are masked
+    when ``masked`` (else every row sees the whole tile). Row maxima are kept scaled, so the
+    scale and the subtraction are one fused multiply-add per score."""
+    s = tl.dot(q, tl.trans(k))
+    if masked:
+        s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1) * scale_log2)
+    p = tl.math.exp2(s * scale_log2 - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
@@ -118,14 +121,17 @@ def _partial_kernel(
             ok2 = n0 + 2 * BLOCK_N + tile < end
             k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT)
             v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT)
-            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2)
+            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, True)
             k = k_next
             v = v_next
     else:
+        # Tiles that every row sees whole skip the mask: all of them unless the node's own
+        # queries see a causal prefix of the chunk.
+        whole = tl.min(tl.where(row_ok, lim, end), axis=0)
         for n0 in range(0, end, BLOCK_N):
             ok = n0 + tile < end
             k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2)
+            m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, n0 + BLOCK_N > whole)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.math.log2(l_safe), _NEG)
@@ -196,7 +202,7 @@ def _merge_kernel(
             for n0 in range(0, n, BLOCK_K):
                 ok = n0 + keys < n
                 k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-                m, l, acc = _attend(q, k, v, n0 + keys, lim, m, l, acc, scale_log2)
+                m, l, acc = _attend(q, k, v, n0 + keys, lim, m, l, acc, scale_log2, True)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(
         OUT + query.to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_d[None, :],

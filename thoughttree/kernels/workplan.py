@@ -32,9 +32,11 @@ OWN_RANGES = 2
 class WorkConfig:
     """How work is sized.
 
-    waves: target programs per SM; num_sms: None = the device's; min_chunk: fewest KV tokens per
-    chunk, None = four times the tile's rows (so a chunk's fp32 partials stay small next to its KV);
-    max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
+    waves: programs per SM to size chunks for, over all classes; None (the default) sizes each
+    tile class on its own by :func:`_round_chunks`, trying each of ``rounds``: how many rounds
+    of resident programs its launch may take. num_sms: None = the device's; min_chunk: fewest KV
+    tokens per chunk, None = four times the tile's rows (so a chunk's fp32 partials stay small
+    next to its KV); max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
     small_node: nodes shorter than this are not shared: each query reads their tokens itself,
     together with its other short nodes (a speculative token tree's one-token nodes would
     otherwise each cost every query below them a partial output that is bigger than the node).
@@ -46,7 +48,8 @@ class WorkConfig:
     H200: 128-row tiles win only on long nodes with many rows (compute-bound chunks).
     """
 
-    waves: float = 2.0
+    waves: float | None = None
+    rounds: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     num_sms: int | None = None
     min_chunk: int | None = None
     max_block_m: int | None = None
@@ -60,8 +63,10 @@ class WorkConfig:
     merge_block: int = 4
 
     def __post_init__(self) -> None:
-        if self.waves <= 0 or any(x is not None and x <= 0 for x in (self.num_sms, self.min_chunk, self.max_block_m)):
-            raise ValueError(f"waves, num_sms, min_chunk and max_block_m must be positive, got {self}")
+        if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
+            raise ValueError(f"waves, num_sms, min_chunk, max_block_m and rounds must be positive, got {self}")
+        if not self.rounds or list(self.rounds) != sorted(set(self.rounds)):
+            raise ValueError(f"rounds must be increasing and not empty, got {self.rounds}")
         for bm, bn, warps, stages in self.tiles or ():
             if bm < 16 or bn < 16 or bm & (bm - 1) or bn & (bn - 1) or warps < 1 or stages < 1:
                 raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
@@ -133,9 +138,18 @@ def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tile
     return shapes
 
 
+SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
+# Shared memory bytes and registers per thread the partial kernel takes with each default tile
+# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200.
+TILE_NEEDS = {(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)}
+
+
 @functools.cache
-def _device_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _device_limits(index: int) -> tuple[int, int, int]:
+    """(SMs, shared memory bytes per SM, registers per SM) of CUDA device ``index``."""
+    props = torch.cuda.get_device_properties(index)
+    smem = getattr(props, "shared_memory_per_multiprocessor", SM_LIMITS[0])
+    return props.multi_processor_count, smem, getattr(props, "regs_per_multiprocessor", SM_LIMITS[1])
 
 
 @functools.cache
@@ -154,18 +168,130 @@ def _sequence_tiles(head_dim: int) -> tuple[tuple[int, int, int, int], ...] | No
     return ((16, 64, 4, 3), (64, 64, 4, 3)) if head_dim <= 128 else None
 
 
-def _num_sms(cfg: WorkConfig, device: torch.device) -> int:
-    if cfg.num_sms is not None:
-        return cfg.num_sms
+def _limits(cfg: WorkConfig, device: torch.device) -> tuple[int, int, int]:
+    """(SMs, shared memory bytes per SM, registers per SM) to size work for; the config's SM count
+    replaces the device's."""
     if device.type == "cuda":
-        return _device_sms(torch.cuda.current_device() if device.index is None else device.index)
-    return 4
+        sms, smem, regs = _device_limits(torch.cuda.current_device() if device.index is None else device.index)
+    else:
+        sms, (smem, regs) = 4, SM_LIMITS
+    return (sms if cfg.num_sms is None else cfg.num_sms), smem, regs
 
 
-def _chunk_sizes(cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float, align: np.ndarray) -> np.ndarray:
-    """Tokens per chunk so every item costs about ``target``; whole nodes when they are cheap."""
+def programs_per_sm(shape: tuple[int, int, int, int], head_dim: int, smem_per_sm: int, regs_per_sm: int) -> int:
+    """How many programs of a tile shape (block_m, block_n, warps, stages) one SM holds at once.
+
+    From the shared memory and registers a program takes: measured for the default tiles
+    (:data:`TILE_NEEDS`), else estimated (a K and a V tile of 2-byte elements per stage and the
+    query tile; the accumulator and score tile in registers, plus 96 per thread for the rest).
+    The driver keeps 1 KiB of shared memory per program; registers go by 8 per thread.
+    """
+    block_m, block_n, warps, stages = shape
+    d = max(16, 1 << (head_dim - 1).bit_length())
+    smem, regs = TILE_NEEDS[shape] if d == 128 and shape in TILE_NEEDS else (
+        stages * block_n * d * 4 + block_m * d * 2,
+        min(255, block_m * (d + block_n) // (32 * warps) + 96),
+    )
+    by_smem = smem_per_sm // (smem + 1024)
+    by_regs = regs_per_sm // (-(-regs // 8) * 8 * 32 * warps)
+    return max(1, min(by_smem, by_regs, 64 // warps))
+
+
+# A rough H200 for the launch-time model of the work sizing (only which chunking is faster matters).
+BANDWIDTH = 4.2e3  # bytes per ns: the copy rate
+SM_TENSOR = 2.6e3  # FLOP per ns the attention tiles of one SM sustain (half its bf16 peak)
+STREAM_NS = 8.0  # ns per key for a lone program to stream one KV head's K and V
+START_NS = 1000.0  # a program's start-up: its item, query and slot-id loads before the first tile
+
+
+@functools.cache
+def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile class: resident programs on the whole device, and ns per key one of them takes
+    (its tensor-core work, on its share of the SM, or its stream of K and V, whichever is slower)."""
+    sms, smem, regs = limits
+    d = max(16, 1 << (head_dim - 1).bit_length())
+    per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
+    block_m = np.array([s[0] for s in shapes])
+    key_ns = np.maximum(STREAM_NS, block_m * d * 4 * per_sm / SM_TENSOR)
+    out = (sms * per_sm, key_ns)
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _round_chunks(
+    cls: np.ndarray, work: np.ndarray, lengths: np.ndarray, blocks: np.ndarray, chunk_args: tuple,
+    model: tuple[np.ndarray, np.ndarray], block_m: np.ndarray, head_dim: int, num_kv_heads: int, rounds: tuple[int, ...],
+) -> np.ndarray:
+    """Keys per chunk for each node, chosen per tile class so that its launch ends soonest.
+
+    Each class is its own launch of about equal items on ``slots[c]`` resident programs, so it
+    takes ceil(items / slots) rounds: with chunks sized for two programs per SM, 320 128-row
+    items on 132 SMs take three rounds where 128 longer ones take one. For each class this sizes
+    chunks for at most r rounds, r in ``rounds`` (chunk counts rounded down), and keeps the r
+    whose launch the model says ends first: a round lasts as long as one item's keys take one
+    program, or as the round's K and V take the memory, whichever is longer, plus a start-up;
+    partials cost their writes and the merge's reads. Ties go to fewer, longer items.
+
+    cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
+    key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
+    :func:`_chunk_sizes`; model: (slots, ns per key) [K] from :func:`_class_model`; block_m [K].
+    Returns [N] keys per chunk.
+    """
+    slots, key_ns = model
+    k = len(slots)
+    per_class = np.bincount(cls, weights=work, minlength=k) * num_kv_heads
+    targets = per_class[cls][None, :] / (np.array(rounds)[:, None] * slots[cls][None, :])  # [R, N]
+    cost, fewest, align = chunk_args
+    chunks = _chunk_sizes(cost, fewest, lengths, targets, align, np.floor)  # [R, N]
+    onehot = (cls[:, None] == np.arange(k)[None, :]).astype(np.float64)  # [N, K]
+    items = (-(-lengths // chunks) * blocks) @ onehot * num_kv_heads  # [R, K]
+    keys = (lengths * blocks) @ onehot * num_kv_heads  # [K]
+    per_item = keys / np.maximum(items, 1)
+    key_bytes = 4 * head_dim  # K and V of one head, 2-byte elements
+    full, rest = np.divmod(items, slots)
+
+    def round_ns(programs: np.ndarray) -> np.ndarray:
+        return np.maximum(per_item * key_ns, programs * per_item * key_bytes / BANDWIDTH) + START_NS
+
+    span = full * round_ns(slots) + np.where(rest > 0, round_ns(rest), 0.0) + items * block_m * head_dim * 8 / BANDWIDTH
+    best = np.argmin(span, axis=0)  # the first minimum: the fewest rounds
+    return chunks[best[cls], np.arange(len(cls))]
+
+
+def _fewer_launches(
+    cls: np.ndarray, queries: np.ndarray, lengths: np.ndarray, per_block: np.ndarray, fewest: np.ndarray, slots: np.ndarray,
+    num_kv_heads: int,
+) -> np.ndarray:
+    """Tile class per node, after folding each launch that could not fill one round of its
+    programs, even cut into its shortest chunks, into the next narrower launch.
+
+    Such a launch is latency-bound: it costs more on its own than the narrower tiles' extra
+    reads of its nodes (on an H200, a 1.1k-key prompt's 40 query rows in 16-row tiles next to its
+    ten 1000-key leaves: 29 µs against 38 µs in a launch of their own).
+    cls, queries, lengths: [N] per node; per_block, fewest, slots: [K] per class.
+    """
+    present = np.bincount(cls, minlength=len(slots)) > 0
+    for c in range(len(slots) - 1, 0, -1):
+        narrower = np.nonzero(present[:c])[0]
+        if not present[c] or not len(narrower):
+            continue
+        mine = cls == c
+        items = (-(-lengths[mine] // fewest[c]) * -(-queries[mine] // per_block[c])).sum() * num_kv_heads
+        if items < slots[c]:
+            cls = np.where(mine, narrower[-1], cls)
+            present[c] = False
+    return cls
+
+
+def _chunk_sizes(
+    cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float | np.ndarray, align: np.ndarray,
+    rounding=np.ceil,
+) -> np.ndarray:
+    """Tokens per chunk so every item costs about ``target`` (at most, with ``rounding=np.floor``
+    for the chunk count: at least); whole nodes when they are cheap. Arrays broadcast."""
     want = np.maximum(np.ceil(target / cost_per_token), min_chunk)
-    nchunks = np.maximum(1, np.ceil(lengths / want))
+    nchunks = np.maximum(1, rounding(lengths / want))
     size = np.ceil(np.ceil(lengths / nchunks) / align) * align  # equal chunks, tile-aligned
     return np.maximum(size, align).astype(np.int64)
 
@@ -318,13 +444,21 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     if narrow >= 0:
         wide = (rows >= cfg.wide_tiles[0]) & (lengths[nodes] >= cfg.wide_tiles[1])
         cls = np.where(wide, cls, np.minimum(cls, narrow))
+    fewest = np.maximum(bn_of, 4 * bm_of if cfg.min_chunk is None else cfg.min_chunk)  # keys per chunk, per class
+    limits = _limits(cfg, plan.device)
+    model = _class_model(tuple(shapes), head_dim, limits)
+    if cfg.waves is None:
+        cls = _fewer_launches(cls, (hi - lo)[nodes], lengths[nodes], bm_of // group, fewest, model[0], num_kv_heads)
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-(hi - lo)[nodes] // per_block)
     cost = _cost(bm_of[cls])
-    total = float((lengths[nodes] * blocks * cost).sum())
-    target = total * num_kv_heads / (cfg.waves * _num_sms(cfg, plan.device))
-    min_chunk = 4 * bm_of[cls] if cfg.min_chunk is None else np.full(len(nodes), cfg.min_chunk)
-    chunk = _chunk_sizes(cost, np.maximum(bn_of[cls], min_chunk), lengths[nodes], target, bn_of[cls])
+    work = lengths[nodes] * blocks * cost
+    chunk_args = (cost, fewest[cls], bn_of[cls])
+    if cfg.waves is None:
+        chunk = _round_chunks(cls, work, lengths[nodes], blocks, chunk_args, model, bm_of, head_dim, num_kv_heads, cfg.rounds)
+    else:
+        target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
+        chunk = _chunk_sizes(chunk_args[0], chunk_args[1], lengths[nodes], target, chunk_args[2])
     nchunks = -(-lengths[nodes] // chunk)
     # One row per chunk.
     c_node = np.repeat(nodes, nchunks)
@@ -400,6 +534,9 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     return own_slots, items, own_start, fold_len
 
 
+SEQUENCE_WAVES = 2.0  # the per-sequence baseline's programs per SM when the config leaves it open
+
+
 def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """Per-sequence split-KV items: each query's whole path on its own, cut into equal splits."""
     group = num_q_heads // num_kv_heads
@@ -408,7 +545,8 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
     lengths = np.diff(offsets)
     nq = plan.num_queries
     cost = float(_cost(np.array(bm)))
-    target = float(lengths.sum()) * cost * num_kv_heads / (cfg.waves * _num_sms(cfg, plan.device))
+    waves = SEQUENCE_WAVES if cfg.waves is None else cfg.waves
+    target = float(lengths.sum()) * cost * num_kv_heads / (waves * _limits(cfg, plan.device)[0])
     chunk = _chunk_sizes(np.full(nq, cost), np.full(nq, max(bn, cfg.min_chunk or bn)), lengths, target, np.full(nq, bn))
     nsplits = -(-lengths // chunk)
     q = np.repeat(np.arange(nq), nsplits)
