@@ -43,9 +43,9 @@ SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one toke
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
     WorkConfig(),
+    WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM (the sizing before rounds)
     WorkConfig(rounds=(2, 3, 4, 6, 8)),  # at least two rounds of programs per launch
-    WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM
-    WorkConfig(max_block_m=16),  # every node in 16-row tiles: one partial launch
+    WorkConfig(max_block_m=64),  # no 128-row tiles
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
