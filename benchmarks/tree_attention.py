@@ -43,8 +43,8 @@ SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one toke
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
     WorkConfig(),
+    WorkConfig(side_by_side=False),  # tile classes launched one after another on one stream
     WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM (the sizing before rounds)
-    WorkConfig(rounds=(2, 3, 4, 6, 8)),  # at least two rounds of programs per launch
     WorkConfig(max_block_m=64),  # no 128-row tiles
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
 )
@@ -199,7 +199,7 @@ def main() -> int:
         st = Table(title="ours under other work configs (µs)")
         st.add_column("workload")
         for c in SWEEP:
-            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "rounds", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
+            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "rounds", "side_by_side", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
             st.add_column(label or "default", justify="right")
         for r in sweep_rows:
             st.add_row(*r)

@@ -8,6 +8,8 @@ import torch
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
+from thoughttree.kernels.deft import deft_work
+
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
 pytestmark = [
@@ -53,6 +55,30 @@ def test_long_star_and_prefill_and_token_tree() -> None:
     assert_close_to_reference(out, q, k, v, plan)
     assert torch.equal(out, deft_tree_attention(q, k, v, plan))
     assert_close_to_reference(per_sequence_attention(q, k, v, plan), q, k, v, plan)
+
+
+def test_tile_classes_side_by_side_equal_one_after_another_and_in_a_graph() -> None:
+    # A 4k prompt under 50 leaves of 200 keys: a 64-row launch for the prompt and a 16-row
+    # launch for the leaves, on two streams or one; eager and replayed from a CUDA graph.
+    parents, lengths = [-1] + [0] * 50, [4096] + [200] * 50
+    q, k, v, plan = build(parents, lengths, list(range(1, 51)), None, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
+    apart = deft_tree_attention(q, k, v, plan, config=WorkConfig(side_by_side=False))
+    together = deft_tree_attention(q, k, v, plan)
+    assert len(deft_work(plan, 32, 8, 128, WorkConfig()).classes) == 2
+    assert torch.equal(apart, together)
+    assert_close_to_reference(together, q, k, v, plan)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        deft_tree_attention(q, k, v, plan)  # warm-up off the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = deft_tree_attention(q, k, v, plan)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, deft_tree_attention(q, k, v, plan, config=WorkConfig(side_by_side=False)))
 
 
 def test_store_kv_on_gpu() -> None:

@@ -12,6 +12,8 @@ nodes, a decode tail), so they need no partial launch. Work items and workspaces
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import torch
@@ -19,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .plan import TreePlan
-from .workplan import ITEM_FIELDS, OWN_RANGES, WorkConfig, WorkPlan, sequence_work, tree_work
+from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 OWN_BLOCK = 32  # keys per step when the merge reads a query's own keys
@@ -225,6 +227,30 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
         raise ValueError(f"head_dim must be at least 16 for tensor-core tiles, got {q.shape[2]}")
 
 
+@functools.cache
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """A second stream per device for partial launches of another tile class."""
+    return torch.cuda.Stream(device)
+
+
+def _launch_partials(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, tc: TileClass, scale: float,
+    page_size: int, group: int, d: int, d_pad: int, flat: bool,
+) -> None:
+    """One partial launch: the items of tile class ``tc``, every KV head, on the current stream."""
+    h_q, h_kv = q.shape[1], k_cache.shape[2]
+    _partial_kernel[(tc.num_items, h_kv)](
+        q, k_cache, v_cache, work.slots, work.items, work.q_perm, work.q_node, work.q_vis,
+        work.partial_o, work.partial_lse,
+        tc.first_item, scale * 1.4426950408889634, page_size,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
+        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1,
+        num_warps=tc.num_warps, num_stages=tc.num_stages,
+    )
+
+
 def run_work(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None = None,
     merge: bool = True,
@@ -247,17 +273,15 @@ def run_work(
         return out
     page_size = k_cache.shape[1]
     flat = k_cache.stride(0) == page_size * k_cache.stride(1) and v_cache.stride(0) == page_size * v_cache.stride(1)
-    for tc in work.classes:
-        _partial_kernel[(tc.num_items, h_kv)](
-            q, k_cache, v_cache, work.slots, work.items, work.q_perm, work.q_node, work.q_vis,
-            work.partial_o, work.partial_lse,
-            tc.first_item, scale * 1.4426950408889634, page_size,
-            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-            NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1,
-            num_warps=tc.num_warps, num_stages=tc.num_stages,
-        )
+    main = torch.cuda.current_stream(q.device) if q.is_cuda else None
+    side = _side_stream(q.device) if main is not None and work.side_by_side and len(work.classes) > 1 else None
+    if side is not None:
+        side.wait_stream(main)  # the side stream starts after the step's inputs are written
+    for i, tc in enumerate(work.classes):
+        with torch.cuda.stream(side) if side is not None and i > 0 else contextlib.nullcontext():
+            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat)
+    if side is not None:
+        main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
         return out
     _merge_kernel[(num_q, h_kv)](

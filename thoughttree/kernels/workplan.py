@@ -61,6 +61,9 @@ class WorkConfig:
     # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
     # benchmark trees and on decode steps; 16 was slower.
     merge_block: int = 4
+    # Partial launches of different tile classes run side by side on two CUDA streams (they
+    # write disjoint partials), so one class's last wave overlaps the next class's programs.
+    side_by_side: bool = True
 
     def __post_init__(self) -> None:
         if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
@@ -98,7 +101,7 @@ class WorkPlan:
     own_start, own_len [OWN_RANGES, Q] int32 views (rows ``own_stride`` apart): the slot-array
     ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
-    (their log2-sum-exp).
+    (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's).
     """
 
     slots: torch.Tensor
@@ -115,6 +118,7 @@ class WorkPlan:
     own_start: torch.Tensor | None = None
     own_len: torch.Tensor | None = None
     own_stride: int = 0
+    side_by_side: bool = True
 
 
 def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
@@ -388,7 +392,7 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
     return [dev[start : start + n] for start, n in zip(starts, sizes)]
 
 
-def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int) -> WorkPlan:
+def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int, side_by_side: bool = True) -> WorkPlan:
     """Device copy of ``host`` with its partial workspaces."""
     folds = bool(host.own_len.any())
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
@@ -414,6 +418,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_start=dev[7] if folds else None,
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
+        side_by_side=side_by_side,
     )
 
 
@@ -569,9 +574,9 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
 
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`tree_host_work`, uploaded to the plan's device with its workspaces."""
-    return upload(tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block)
+    return upload(tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side)
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`sequence_host_work`, uploaded to the plan's device with its workspaces."""
-    return upload(sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block)
+    return upload(sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side)
