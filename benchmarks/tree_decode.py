@@ -14,7 +14,9 @@ initialised Llama-family model of a chosen shape (weights do not change the work
 
 Prints a table per workload: prefill and decode seconds, ms per step, the floor per step
 (weights plus each unique KV token read once, at the copy bandwidth measured in the same run),
-step / floor, the GPU time of one step (a replay of its graph timed with CUDA events) and the
+step / floor, the FLOP floor (the step's matmul and attention FLOPs at the bf16 matmul rate
+measured in the same run: above the byte floor where many branches share a long prompt), the
+GPU time of one step (a replay of its graph timed with CUDA events) and the
 host time per step (step minus GPU time), decode tokens/s and speed-ups against transformers.
 """
 
@@ -36,6 +38,9 @@ from rich.table import Table
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tree_timing import roofs  # noqa: E402
 
 SHAPES = {
     "default": dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192, vocab=32000),
@@ -149,7 +154,8 @@ def main() -> None:
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
     bandwidth = copy_bandwidth()
-    console.print(f"copy bandwidth measured: {bandwidth / 1e12:.2f} TB/s")
+    matmul_rate = roofs(torch.device("cuda"))[1]
+    console.print(f"copy bandwidth measured: {bandwidth / 1e12:.2f} TB/s, bf16 matmul: {matmul_rate / 1e12:.0f} TFLOP/s")
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as tmp:
         build_model(Path(tmp), args)
@@ -159,12 +165,13 @@ def main() -> None:
             model = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.bfloat16).cuda().eval()
     # Every weight is read once per step; of the embedding only the rows of the step's tokens.
     weight_bytes = sum(t.numel() * t.element_size() for k, t in lm.model.w.items() if k != "embed")
+    matmul_params = sum(t.numel() for k, t in lm.model.w.items() if t.dim() == 2 and k != "embed")
     kv_token_bytes = 2 * args.layers * args.kv_heads * (args.hidden // args.heads) * 2
     table = Table(title=f"tree decoding, Llama shape {args.shape}: L={args.layers} hidden={args.hidden} "
                   f"heads={args.heads}/{args.kv_heads} inter={args.intermediate} vocab={args.vocab}, bf16, random weights",
                   title_justify="left")
     for col in ("prompt", "branches×tokens", "backend", "prefill s", "decode s", "ms/step", "floor ms", "step/floor",
-                "GPU ms/step", "host ms/step", "decode tok/s", "vs transformers"):
+                "FLOP floor ms", "GPU ms/step", "host ms/step", "decode tok/s", "vs transformers"):
         table.add_column(col, justify="right")
     backends = (("thoughttree deft", "deft", True), ("thoughttree deft, eager steps", "deft", False),
                 ("thoughttree per_sequence", "per_sequence", True))
@@ -172,6 +179,9 @@ def main() -> None:
         prompt = [1] + [(17 * i + 5) % args.vocab for i in range(prompt_len - 1)]
         unique = prompt_len + branches * (tokens + 1) / 2  # mean unique KV tokens per step
         floor = (weight_bytes + unique * kv_token_bytes) / bandwidth
+        seen = prompt_len + (tokens + 1) / 2  # mean keys a query attends to per step
+        flops = branches * (2 * matmul_params + 4 * args.layers * args.heads * (args.hidden // args.heads) * seen)
+        flop_floor = flops / matmul_rate
         rows = {}
         for name, backend, graphs in backends:
             ours(lm, backend, graphs, prompt, branches, tokens)  # compiles kernels, captures graphs
@@ -186,13 +196,13 @@ def main() -> None:
         base = rows["transformers generate"][1]
         for name, (pre, dec, gpu) in rows.items():
             if dec != dec:
-                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, "out of memory" if model else "not run", *[""] * 8)
+                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, "out of memory" if model else "not run", *[""] * 9)
                 continue
             step = dec / tokens
             host = f"{1000 * (step - gpu):.2f}" if gpu == gpu else "–"
             table.add_row(
                 str(prompt_len), f"{branches}×{tokens}", name, f"{pre:.3f}", f"{dec:.3f}", f"{1000 * step:.2f}",
-                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
+                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", f"{1000 * flop_floor:.2f}", f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
                 f"{branches * tokens / dec:,.0f}", f"{base / dec:.2f}×" if base == base else "–",
             )
         table.add_section()
