@@ -163,6 +163,16 @@ def _merge_kernel(
     d_ok = offs_d < D
     first = tl.load(OFFSETS + query)
     last = tl.load(OFFSETS + query + 1)
+    if OWN_RANGES > 0:
+        # Issued before the partials' chain of loads, which they do not depend on.
+        q = tl.load(
+            Q + query.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=g_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        ranges = tl.arange(0, OWN_RANGES)
+        own_starts = tl.load(OWN_START + ranges * own_stride + query)
+        own_lens = tl.load(OWN_LEN + ranges * own_stride + query)
     m = tl.full([G_PAD], _NEG, tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], tl.float32)
@@ -191,15 +201,10 @@ def _merge_kernel(
     if OWN_RANGES > 0:
         # The query's own keys, all visible: the same online softmax, continued from the merge
         # (a partial with log2-sum-exp L and output O is 2^L keys' worth of weight on O).
-        q = tl.load(
-            Q + query.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-            mask=g_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
         keys = tl.arange(0, BLOCK_K)
         for r in tl.static_range(OWN_RANGES):
-            start = tl.load(OWN_START + r * own_stride + query)
-            n = tl.load(OWN_LEN + r * own_stride + query)
+            start = tl.sum(tl.where(ranges == r, own_starts, 0), axis=0)
+            n = tl.sum(tl.where(ranges == r, own_lens, 0), axis=0)
             lim = tl.zeros([G_PAD], tl.int32) + n
             for n0 in range(0, n, BLOCK_K):
                 ok = n0 + keys < n

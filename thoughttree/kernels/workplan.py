@@ -25,7 +25,7 @@ ITEM_FIELDS = 7
 OWN_PIECE = 512  # most tokens of a query's unshared short nodes one program reads
 # Own ranges per query, read by the merge program itself: 0, the short nodes on its path;
 # 1, its decode tail (see decode_work).
-OWN_RANGES = 2
+OWN_RANGES = 2  # a power of two: the merge loads a query's ranges as one vector
 
 
 @dataclass(frozen=True)
