@@ -223,6 +223,14 @@ def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> 
     return out
 
 
+@functools.cache
+def _column(values: tuple[int, ...]) -> np.ndarray:
+    """``values`` as a read-only float column [len, 1]."""
+    out = np.array(values, dtype=np.float64)[:, None]
+    out.flags.writeable = False
+    return out
+
+
 def _round_chunks(
     cls: np.ndarray, work: np.ndarray, lengths: np.ndarray, blocks: np.ndarray, chunk_args: tuple,
     model: tuple[np.ndarray, np.ndarray], block_m: np.ndarray, head_dim: int, num_kv_heads: int, rounds: tuple[int, ...],
@@ -244,14 +252,12 @@ def _round_chunks(
     """
     slots, key_ns = model
     k = len(slots)
-    per_class = np.bincount(cls, weights=work, minlength=k) * num_kv_heads
-    targets = per_class[cls][None, :] / (np.array(rounds)[:, None] * slots[cls][None, :])  # [R, N]
+    per_slot = np.bincount(cls, weights=work, minlength=k) * num_kv_heads / slots
     cost, fewest, align = chunk_args
-    chunks = _chunk_sizes(cost, fewest, lengths, targets, align, np.floor)  # [R, N]
-    onehot = (cls[:, None] == np.arange(k)[None, :]).astype(np.float64)  # [N, K]
-    items = (-(-lengths // chunks) * blocks) @ onehot * num_kv_heads  # [R, K]
-    keys = (lengths * blocks) @ onehot * num_kv_heads  # [K]
-    per_item = keys / np.maximum(items, 1)
+    chunks = _chunk_sizes(cost, fewest, lengths, per_slot[cls] / _column(rounds), align, np.floor)  # [R, N]
+    onehot = (cls[:, None] == np.arange(k)).astype(np.float64)  # [N, K]
+    items = (np.ceil(lengths / chunks) * blocks) @ onehot * num_kv_heads  # [R, K]
+    per_item = (lengths * blocks) @ onehot * num_kv_heads / np.maximum(items, 1)  # keys per item
     key_bytes = 4 * head_dim  # K and V of one head, 2-byte elements
     full, rest = np.divmod(items, slots)
 
@@ -276,6 +282,8 @@ def _fewer_launches(
     cls, queries, lengths: [N] per node; per_block, fewest, slots: [K] per class.
     """
     present = np.bincount(cls, minlength=len(slots)) > 0
+    if present.sum() < 2:
+        return cls
     for c in range(len(slots) - 1, 0, -1):
         narrower = np.nonzero(present[:c])[0]
         if not present[c] or not len(narrower):
@@ -518,6 +526,8 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     folded = own_len <= cfg.fold_own
     own_start[0] = len(plan.slots) + own_offsets[:-1]
     fold_len[0] = np.where(folded, own_len, 0)
+    if folded.all():  # every query's merge reads its short nodes: no items
+        return own_slots, np.zeros((0, ITEM_FIELDS), dtype=np.int64), own_start, fold_len
     own_len = np.where(folded, 0, own_len)
     pieces = -(-own_len // OWN_PIECE)
     who = np.repeat(np.arange(q), pieces)
