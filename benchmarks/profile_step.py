@@ -10,6 +10,7 @@ prints each kernel group's time per step next to the step's floor.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 
@@ -108,17 +109,28 @@ def step_us(lm: LM, tree: ThoughtTree, branches: int) -> float:
     return step_gpu_seconds(lm, replays=20) * 1e6
 
 
+SWEEP = (
+    WorkConfig(),
+    WorkConfig(max_block_m=16),
+    WorkConfig(min_chunk=64),
+    WorkConfig(max_block_m=16, min_chunk=32),
+    WorkConfig(waves=2.0),
+    WorkConfig(waves=4.0, min_chunk=64),
+)
+
+
 def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
     """GPU time of one graphed step under several decode work sizings (same tree, same model)."""
     table = Table(title="decode work sizing: GPU µs per step", title_justify="left")
-    for col in ("waves", "min_chunk", "µs per step"):
+    for col in ("work config", "µs per step"):
         table.add_column(col, justify="right")
-    for waves in (1.0, 2.0, 4.0):
-        for min_chunk in (None, 32, 64, 128):
-            lm.engine.decode_work_config = WorkConfig(waves=waves, min_chunk=min_chunk)
-            lm.engine.arena = None
-            step_us(lm, tree, branches)
-            table.add_row(f"{waves:g}", str(min_chunk), f"{step_us(lm, tree, branches):.0f}")
+    default = WorkConfig()
+    for cfg in SWEEP:
+        lm.engine.decode_work_config = cfg
+        lm.engine.arena = None
+        step_us(lm, tree, branches)
+        label = ", ".join(f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name))
+        table.add_row(label or "default", f"{step_us(lm, tree, branches):.0f}")
     console.print(table)
 
 
