@@ -135,6 +135,10 @@ def test_work_sizing_fills_the_last_round_of_each_launch() -> None:
     assert set(_class_items(*star, WorkConfig(waves=2.0, num_sms=132))) == {16, 64}
     classes = _class_items(*star, WorkConfig(num_sms=132))
     assert set(classes) == {16} and 0.8 * 660 <= classes[16][0] <= 660
+    # Not when the narrower tiles would read the node many times over: a 4k prompt under 50
+    # leaves is 2 blocks of 128 rows (at most 128 programs) but 13 blocks of 16.
+    star = ([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)))
+    assert set(_class_items(*star, WorkConfig(num_sms=132, wide_tiles=(128, 4096)))) == {16, 128}
 
 
 def test_work_sizing_keeps_memory_bound_launches_in_one_round() -> None:

@@ -274,7 +274,9 @@ def _fewer_launches(
     num_kv_heads: int,
 ) -> np.ndarray:
     """Tile class per node, after folding each launch that could not fill one round of its
-    programs, even cut into its shortest chunks, into the next narrower launch.
+    programs, even cut into its shortest chunks, into the next narrower launch, when its nodes
+    read in the narrower tiles (more blocks of fewer rows) add no more keys than that launch
+    reads already.
 
     Such a launch is latency-bound: it costs more on its own than the narrower tiles' extra
     reads of its nodes (on an H200, a 1.1k-key prompt's 40 query rows in 16-row tiles next to its
@@ -288,10 +290,11 @@ def _fewer_launches(
         narrower = np.nonzero(present[:c])[0]
         if not present[c] or not len(narrower):
             continue
-        mine = cls == c
+        mine, into = cls == c, narrower[-1]
         items = (-(-lengths[mine] // fewest[c]) * -(-queries[mine] // per_block[c])).sum() * num_kv_heads
-        if items < slots[c]:
-            cls = np.where(mine, narrower[-1], cls)
+        reads = lengths * -(-queries // per_block[into])  # keys each node's blocks read in the narrower tiles
+        if items < slots[c] and reads[mine].sum() <= reads[cls == into].sum():
+            cls = np.where(mine, into, cls)
             present[c] = False
     return cls
 
