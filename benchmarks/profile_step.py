@@ -111,6 +111,8 @@ def step_us(lm: LM, tree: ThoughtTree, branches: int) -> float:
 
 SWEEP = (
     WorkConfig(),
+    WorkConfig(wide_tiles=(256, 8192)),
+    WorkConfig(max_block_m=64),
     WorkConfig(max_block_m=16),
     WorkConfig(min_chunk=64),
     WorkConfig(max_block_m=16, min_chunk=32),

@@ -45,7 +45,8 @@ class WorkConfig:
     fewer per call. 0 never folds.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
-    H200: 128-row tiles win only on long nodes with many rows (compute-bound chunks).
+    H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
+    node's keys read by half as many blocks), and lose on short nodes (too few programs).
     """
 
     waves: float | None = None
@@ -55,7 +56,7 @@ class WorkConfig:
     max_block_m: int | None = None
     small_node: int = 8
     fold_own: int = 128
-    wide_tiles: tuple[int, int] = (256, 8192)
+    wide_tiles: tuple[int, int] = (128, 4096)
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
     # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
