@@ -122,9 +122,14 @@ class WorkPlan:
     side_by_side: bool = True
 
 
+def _padded(head_dim: int) -> int:
+    """The head dimension a tile holds: the next power of two, at least 16."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
 def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
-    d = max(16, 1 << (head_dim - 1).bit_length())
+    d = _padded(head_dim)
     # Five stages: each K/V tile's address comes from a slot-id load, and Triton's sm_90 pipeline
     # overlaps that chain with the tile's math only from five stages on. 32-key tiles for the
     # 16-row class, whose items are mostly short nodes and tails. Measured on an H200 against
@@ -192,7 +197,7 @@ def programs_per_sm(shape: tuple[int, int, int, int], head_dim: int, smem_per_sm
     The driver keeps 1 KiB of shared memory per program; registers go by 8 per thread.
     """
     block_m, block_n, warps, stages = shape
-    d = max(16, 1 << (head_dim - 1).bit_length())
+    d = _padded(head_dim)
     smem, regs = TILE_NEEDS[shape] if d == 128 and shape in TILE_NEEDS else (
         stages * block_n * d * 4 + block_m * d * 2,
         min(255, block_m * (d + block_n) // (32 * warps) + 96),
@@ -214,7 +219,7 @@ def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> 
     """Per tile class: resident programs on the whole device, and ns per key one of them takes
     (its tensor-core work, on its share of the SM, or its stream of K and V, whichever is slower)."""
     sms, smem, regs = limits
-    d = max(16, 1 << (head_dim - 1).bit_length())
+    d = _padded(head_dim)
     per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
     block_m = np.array([s[0] for s in shapes])
     key_ns = np.maximum(STREAM_NS, block_m * d * 4 * per_sm / SM_TENSOR)
@@ -463,8 +468,8 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         cls = np.where(wide, cls, np.minimum(cls, narrow))
     fewest = np.maximum(bn_of, 4 * bm_of if cfg.min_chunk is None else cfg.min_chunk)  # keys per chunk, per class
     limits = _limits(cfg, plan.device)
-    model = _class_model(tuple(shapes), head_dim, limits)
     if cfg.waves is None:
+        model = _class_model(tuple(shapes), head_dim, limits)
         cls = _fewer_launches(cls, (hi - lo)[nodes], lengths[nodes], bm_of // group, fewest, model[0], num_kv_heads)
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-(hi - lo)[nodes] // per_block)
