@@ -10,7 +10,6 @@ prints each kernel group's time per step next to the step's floor.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 import sys
 
@@ -26,6 +25,7 @@ from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
 from tree_decode import SHAPES, copy_bandwidth, step_gpu_seconds
+from tree_timing import config_label
 
 
 def random_lm(shape: dict[str, int]) -> LM:
@@ -126,13 +126,11 @@ def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
     table = Table(title="decode work sizing: GPU µs per step", title_justify="left")
     for col in ("work config", "µs per step"):
         table.add_column(col, justify="right")
-    default = WorkConfig()
     for cfg in SWEEP:
         lm.engine.decode_work_config = cfg
         lm.engine.arena = None
         step_us(lm, tree, branches)
-        label = ", ".join(f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name))
-        table.add_row(label or "default", f"{step_us(lm, tree, branches):.0f}")
+        table.add_row(config_label(cfg), f"{step_us(lm, tree, branches):.0f}")
     console.print(table)
 
 

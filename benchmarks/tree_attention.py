@@ -31,7 +31,7 @@ if not torch.cuda.is_available():  # the smoke run: Triton decides at decoration
 
 from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
 from tree_flashinfer_run import FLASHINFER_BACKENDS, TOLERANCE, WORKSPACE_BYTES, best, failed, load_flashinfer, time_rows, warm_up  # noqa: E402
-from tree_timing import Timer, median_ms, roofs  # noqa: E402
+from tree_timing import Timer, config_label, median_ms, roofs  # noqa: E402
 from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
@@ -209,8 +209,7 @@ def main() -> int:
         st = Table(title=f"ours under other work configs (µs; each checked against per-sequence attention, max |Δ| ≤ {TOLERANCE})")
         st.add_column("workload")
         for c in SWEEP:
-            label = ", ".join(f"{f}={getattr(c, f)}" for f in ("waves", "rounds", "side_by_side", "min_chunk", "max_block_m", "merge_block", "fold_own", "wide_tiles", "tiles") if getattr(c, f) != getattr(WorkConfig(), f))
-            st.add_column(label or "default", justify="right")
+            st.add_column(config_label(c), justify="right")
         for r in sweep_rows:
             st.add_row(*r)
         console.print(st)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Callable
@@ -93,3 +94,10 @@ def roofs(device: torch.device) -> tuple[float, float] | None:
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     mm = 2 * n**3 / best(lambda: a @ b)
     return copy, mm
+
+
+def config_label(config: object) -> str:
+    """A frozen config's fields that differ from its defaults, as ``name=value, ...`` ("default" if none)."""
+    default = type(config)()
+    diff = [f"{f.name}={getattr(config, f.name)}" for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)]
+    return ", ".join(diff) or "default"
