@@ -8,7 +8,8 @@ import torch
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
-from thoughttree.kernels.deft import deft_work
+from thoughttree.kernels.deft import _launch_partials, deft_work
+from thoughttree.kernels.workplan import TILE_NEEDS, programs_per_sm
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
@@ -79,6 +80,26 @@ def test_tile_classes_side_by_side_equal_one_after_another_and_in_a_graph() -> N
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, deft_tree_attention(q, k, v, plan, config=WorkConfig(side_by_side=False)))
+
+
+def test_tile_needs_match_the_compiled_kernels() -> None:
+    """The planner's table of what each default tile takes gives the residency the compiled
+    kernels really have on this GPU and Triton (an 8k prompt under 64 leaves, and a 3k node under
+    24 more: one launch of each tile class)."""
+    parents, lengths = [-1] + [0] * 64 + [0] + [65] * 24, [8192] + [30] * 64 + [3000] + [40] * 24
+    q, k, v, plan = build(parents, lengths, list(range(1, 65)) + list(range(66, 90)), None, h_q=32, h_kv=8, d=128,
+                          page_size=16, dtype=torch.bfloat16, device="cuda")
+    work = deft_work(plan, 32, 8, 128, WorkConfig())
+    shapes = {(c.block_m, c.block_n, c.num_warps, c.num_stages): c for c in work.classes}
+    assert set(shapes) == set(TILE_NEEDS)
+    props = torch.cuda.get_device_properties(0)
+    smem, regs = props.shared_memory_per_multiprocessor, props.regs_per_multiprocessor
+    for shape, tc in shapes.items():
+        flat = k.stride(0) == 16 * k.stride(1) and v.stride(0) == 16 * v.stride(1)
+        compiled = _launch_partials(q, k, v, work, tc, 128**-0.5, 16, 4, 128, 128, flat)
+        needs = (compiled.metadata.shared, compiled.n_regs)
+        assert programs_per_sm(shape, 128, smem, regs, needs) == programs_per_sm(shape, 128, smem, regs), (
+            f"tile {shape}: compiled kernel takes {needs} (shared bytes, registers), table says {TILE_NEEDS[shape]}")
 
 
 def test_store_kv_on_gpu() -> None:

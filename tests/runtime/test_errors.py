@@ -104,3 +104,13 @@ def test_config_dimensions_are_checked_against_the_weights(tmp_path, arch, chang
     (path / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(ModelLoadError, match=f"config.json {field} does not match the checkpoint"):
         LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("page_size", 0), ("num_pages", 0), ("kv_memory_bytes", 0), ("graph_max_rows", 0),
+    ("collective_timeout_s", 0.0), ("attention", "flash"),
+])
+def test_bad_runtime_config_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        RuntimeConfig(**{field: value})
+

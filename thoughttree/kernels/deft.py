@@ -241,10 +241,13 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 def _launch_partials(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, tc: TileClass, scale: float,
     page_size: int, group: int, d: int, d_pad: int, flat: bool,
-) -> None:
-    """One partial launch: the items of tile class ``tc``, every KV head, on the current stream."""
+) -> object:
+    """One partial launch: the items of tile class ``tc``, every KV head, on the current stream.
+
+    Returns Triton's compiled kernel (its metadata holds the shared memory and registers it takes).
+    """
     h_q, h_kv = q.shape[1], k_cache.shape[2]
-    _partial_kernel[(tc.num_items, h_kv)](
+    return _partial_kernel[(tc.num_items, h_kv)](
         q, k_cache, v_cache, work.slots, work.items, work.q_perm, work.q_node, work.q_vis,
         work.partial_o, work.partial_lse,
         tc.first_item, scale * 1.4426950408889634, page_size,

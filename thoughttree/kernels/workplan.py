@@ -188,20 +188,26 @@ def _limits(cfg: WorkConfig, device: torch.device) -> tuple[int, int, int]:
     return (sms if cfg.num_sms is None else cfg.num_sms), smem, regs
 
 
-def programs_per_sm(shape: tuple[int, int, int, int], head_dim: int, smem_per_sm: int, regs_per_sm: int) -> int:
+def programs_per_sm(
+    shape: tuple[int, int, int, int], head_dim: int, smem_per_sm: int, regs_per_sm: int,
+    needs: tuple[int, int] | None = None,
+) -> int:
     """How many programs of a tile shape (block_m, block_n, warps, stages) one SM holds at once.
 
-    From the shared memory and registers a program takes: measured for the default tiles
-    (:data:`TILE_NEEDS`), else estimated (a K and a V tile of 2-byte elements per stage and the
-    query tile; the accumulator and score tile in registers, plus 96 per thread for the rest).
-    The driver keeps 1 KiB of shared memory per program; registers go by 8 per thread.
+    From the shared memory bytes and registers per thread a program takes (``needs``; default:
+    measured for the default tiles, :data:`TILE_NEEDS`, else estimated from a K and a V tile of
+    2-byte elements per stage and the query tile, the accumulator and score tile in registers,
+    plus 96 per thread for the rest). The driver keeps 1 KiB of shared memory per program;
+    registers go by 8 per thread.
     """
     block_m, block_n, warps, stages = shape
     d = _padded(head_dim)
-    smem, regs = TILE_NEEDS[shape] if d == 128 and shape in TILE_NEEDS else (
-        stages * block_n * d * 4 + block_m * d * 2,
-        min(255, block_m * (d + block_n) // (32 * warps) + 96),
-    )
+    if needs is None:
+        needs = TILE_NEEDS[shape] if d == 128 and shape in TILE_NEEDS else (
+            stages * block_n * d * 4 + block_m * d * 2,
+            min(255, block_m * (d + block_n) // (32 * warps) + 96),
+        )
+    smem, regs = needs
     by_smem = smem_per_sm // (smem + 1024)
     by_regs = regs_per_sm // (-(-regs // 8) * 8 * 32 * warps)
     return max(1, min(by_smem, by_regs, 64 // warps))
