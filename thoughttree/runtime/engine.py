@@ -3,9 +3,10 @@
 A general step gathers the segments on the paths of everything it touches, computes every
 token that has a slot but no KV yet (prefill rows, and the pending last token of finished
 generations), adds rows that only recompute an already-written token whose logits are wanted,
-builds one tree-attention plan for all rows and runs the model once. Decoding uses one such
-step for its first token; with the Triton kernels, the steps after it run on fixed buffers
-(:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on the GPU.
+builds one tree-attention plan for all rows and runs the model once. With the Triton kernels,
+decoding runs on fixed buffers (:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on
+the GPU: from its first step when the parents have their KV (but for perhaps their last
+token), else after one general step that computes that KV and the first logits.
 """
 
 from __future__ import annotations
@@ -191,8 +192,8 @@ class Engine:
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.
 
-        Step 0 reads the logits at each parent's last token (recomputing that row); each later step feeds every
-        unfinished request its newest token. A finished request's last token keeps its slot
+        Step 0 reads the logits at each parent's last token (recomputing that row); each later
+        step feeds every unfinished request its newest token. A finished request's last token keeps its slot
         and gets KV in the next step that touches it. On failure nothing is left allocated.
         """
         for r in requests:
