@@ -70,7 +70,7 @@ class RuntimeConfig:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
     kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
-    replay CUDA graphs captured per bucket of row counts
+    after a batch's first token replay CUDA graphs captured per bucket of row counts
     (``cuda_graphs=False`` runs the same steps eagerly); batches of more than
     ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory.
     ``collective_timeout_s`` bounds how long a tensor-parallel rank waits for the others (forming

@@ -3,10 +3,9 @@
 A general step gathers the segments on the paths of everything it touches, computes every
 token that has a slot but no KV yet (prefill rows, and the pending last token of finished
 generations), adds rows that only recompute an already-written token whose logits are wanted,
-builds one tree-attention plan for all rows and runs the model once. With the Triton kernels,
-decoding runs on fixed buffers (:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on
-the GPU: from its first step when the parents have their KV (but for perhaps their last
-token), else after one general step that computes that KV and the first logits.
+builds one tree-attention plan for all rows and runs the model once. Decoding uses one such
+step for its first token; with the Triton kernels, the steps after it run on fixed buffers
+(:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on the GPU.
 """
 
 from __future__ import annotations
@@ -79,11 +78,6 @@ class _EagerKV:
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         return tree_attention(q, self.kv.pool.k[layer], self.kv.pool.v[layer], self.plan, backend=self.backend)
-
-
-def _kv_but_last(seg: Segment) -> bool:
-    """Whether every token on ``seg``'s path has its KV, except perhaps ``seg``'s last."""
-    return seg.written >= len(seg.tokens) - 1 and all(s.written == len(s.tokens) for s in seg.path()[:-1])
 
 
 class Engine:
@@ -192,8 +186,8 @@ class Engine:
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.
 
-        Step 0 reads the logits at each parent's last token (recomputing that row); each later
-        step feeds every unfinished request its newest token. A finished request's last token keeps its slot
+        Step 0 reads the logits at each parent's last token; each later step feeds every
+        unfinished request its newest token. A finished request's last token keeps its slot
         and gets KV in the next step that touches it. On failure nothing is left allocated.
         """
         for r in requests:
@@ -202,16 +196,12 @@ class Engine:
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
         try:
-            still = list(range(len(requests)))
-            # Step 0 runs on the fixed buffers too when every parent path has its KV but for perhaps
-            # the parent's last token (a branch that just finished); else one general forward
-            # computes the missing KV (a prompt's prefill) and step 0's logits.
-            if not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
-                logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
-                packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
-                draw = unpack(packed)
-                self._take(still, draw.tokens, draw.logprobs, outs)
-                still = self._still_active(still, outs, requests)
+            logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
+            packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
+            active = list(range(len(requests)))
+            draw = unpack(packed)
+            self._take(active, draw.tokens, draw.logprobs, outs)
+            still = self._still_active(active, outs, requests)
             if self.fast_decode:
                 self._decode_fast(requests, outs, still)
                 still = []
@@ -232,8 +222,7 @@ class Engine:
         return outs
 
     def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int]) -> None:
-        """Decode steps on fixed buffers, from the first, each launched before the host reads the
-        draws of the one before.
+        """Decode steps on fixed buffers, each launched before the host reads the draws of the one before.
 
         While step t runs, the host has already reserved a slot for the token step t draws and
         queued step t+1 to forward it straight from the device; then it reads step t's draws and
