@@ -6,12 +6,15 @@ CUDA the same checks run in bfloat16 with graphs on and off, plus transformers o
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig
+from thoughttree.runtime.graphs import DecodeArena
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
 CUDA = torch.cuda.is_available()
@@ -130,6 +133,43 @@ def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
         if max_rows == 2:
             assert lm.stats.graph_replays == 0
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_capture_survives_the_cycle_collector_freeing_a_dropped_lm(model_dir, monkeypatch) -> None:
+    """A dropped LM that only a reference cycle keeps holds captured graphs. The cycle collector
+    may run at any allocation, but never while another LM captures: it would destroy those
+    graphs mid-capture, which invalidates the capture."""
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    old = _lm(model_dir, fast=True)
+    tree = ThoughtTree(old, prompt=list(range(3, 30)), seed=0)
+    want = [k.tokens for k in tree.expand([tree.root], n=3, sampling=greedy)[0]]
+    assert old.stats.graphs > 0
+    cycle: list = [old, tree]
+    cycle.append(cycle)
+    box = [cycle]
+    del old, tree, cycle
+    real = DecodeArena._forward
+
+    def forward(self: DecodeArena, b: int) -> torch.Tensor:
+        if box and torch.cuda.is_current_stream_capturing():
+            box.clear()  # the dropped LM is garbage now, mid-capture
+            junk = [[[] for _ in range(8)] for _ in range(2000)]  # allocations that would trigger collections
+            del junk
+        return real(self, b)
+
+    monkeypatch.setattr(DecodeArena, "_forward", forward)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)  # every generation collected at nearly every allocation
+    try:
+        lm = _lm(model_dir, fast=True)
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        got = [k.tokens for k in tree.expand([tree.root], n=3, sampling=greedy)[0]]
+    finally:
+        gc.set_threshold(*thresholds)
+    assert not box and lm.stats.graph_replays > 0
+    assert got == want
 
 
 @pytest.mark.gpu

@@ -16,6 +16,7 @@ scratch slot and are never read.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,8 +228,17 @@ class DecodeArena:
         torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
         before = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.mempool):
-            logits = self._forward(b)
+        # No cycle collection while capturing: a dead graph it freed (say, of a dropped LM still
+        # held by a reference cycle with its trees) would be destroyed mid-capture, which CUDA
+        # forbids, and that invalidates this capture.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.mempool):
+                logits = self._forward(b)
+        finally:
+            if collecting:
+                gc.enable()
         self.graph_bytes += torch.cuda.memory_reserved() - before
         self.graphs[b] = (graph, logits)
 
