@@ -4,12 +4,14 @@ Each subcommand is a pair of functions in :mod:`thoughttree.commands`: ``add_<na
 registers its parser and sets ``run=`` to ``run_<name>(args) -> int``. A new subcommand is one
 more pair and one more entry in ``COMMANDS``. A run function reports a user's mistake by raising
 ``CliError`` (or ``RunError``, ``RunFileError``); ``main`` prints it as one line on stderr and exits with status 2.
-A tensor-parallel peer that dies (``RankFailure``) is reported the same way, with status 1.
+A tensor-parallel peer that dies or stops answering (``RankFailure``) is reported the same way,
+with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -57,4 +59,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     except RankFailure as exc:
         print(f"thoughttree {args.command}: error: {exc}", file=sys.stderr)
+        _exit_if_distributed(RANK_FAILED)
         return RANK_FAILED
+
+
+def _exit_if_distributed(status: int) -> None:
+    """Under a launch whose process group is broken, end the process here with ``status``:
+    tearing the group down at interpreter exit while a peer hangs can abort the process (gloo
+    ends it with SIGABRT), which would hide the status. Run files are written by then."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)

@@ -67,3 +67,19 @@ def test_dying_rank_stops_the_run_without_a_run_file(tmp_path) -> None:
     assert "error: tensor-parallel all-reduce failed on rank 0 of 2: another rank died" in text0
     assert "Traceback" not in text0
     assert not output.exists()
+
+
+def test_silent_rank_stops_the_run_with_status_1(tmp_path) -> None:
+    """A peer that stops answering: the other rank stops after --collective-timeout with the CLI's
+    status 1 and one error line (tearing down the broken gloo group could otherwise abort it)."""
+    output = tmp_path / "run.json"
+    began = time.perf_counter()
+    procs = start([WORKER, "game24", "--device", "cpu", "--tensor-parallel", "2", "--collective-timeout", "3",
+                   "--start", "900", "--end", "901", "--output", str(output)], world=2, extra_env={"RANK1_HANGS": "20"})
+    (status0, text0), (status1, _) = finish(procs, timeout=150)
+    assert status1 == 9
+    assert status0 == 1, text0[-2000:]
+    assert "error: tensor-parallel all-reduce failed on rank 0 of 2" in text0 and "within 3s" in text0
+    assert "Traceback" not in text0
+    assert not output.exists()
+    assert time.perf_counter() - began < 120

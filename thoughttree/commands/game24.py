@@ -87,7 +87,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
     options.check()
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel)
+                    args.tensor_parallel, args.collective_timeout)
     try:
         check_prompts_fit(lm, run)
     except ValueError as exc:
@@ -198,7 +198,7 @@ def add_bench(sub: Subparsers) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel)
+    lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout)
     if args.tokens >= lm.max_context:
         raise CliError(f"--tokens {args.tokens} leaves no room for a prompt in the model's context of {lm.max_context}")
     if args.prompt_tokens is None:

@@ -9,11 +9,21 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..config import RuntimeConfig
 from ..ranks import ParallelError
-from .common import CliError
+from .common import CliError, at_least, positive_seconds
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout
+
+
+def add_tensor_parallel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tensor-parallel", type=at_least(1), default=1, metavar="N",
+                   help="split the model over N processes (launch with torchrun --nproc-per-node N)")
+    default = RuntimeConfig.collective_timeout_s
+    p.add_argument("--collective-timeout", type=positive_seconds, default=default, metavar="SECONDS",
+                   help="under a torchrun launch, how long a rank waits for the others (forming the group, "
+                        f"and in each collective) before it stops with an error (default {default:g})")
 
 
 def add_data_parallel(p: argparse.ArgumentParser) -> None:
@@ -32,7 +42,7 @@ def join_launch(args: argparse.Namespace) -> Layout | None:
 
     requested = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
-        layout = join_data_parallel(args.tensor_parallel, requested)
+        layout = join_data_parallel(args.tensor_parallel, requested, timeout_s=args.collective_timeout)
     except ParallelError as exc:
         raise CliError(str(exc)) from exc
     if not args.data_parallel and layout.groups > 1:

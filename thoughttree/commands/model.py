@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import RuntimeConfig
 from ..ranks import ParallelError
-from .common import CliError, at_least
+from .common import CliError
+from .launch import add_tensor_parallel
 
 if TYPE_CHECKING:
     from ..runtime import LM
@@ -45,8 +46,7 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
-    p.add_argument("--tensor-parallel", type=at_least(1), default=1, metavar="N",
-                   help="split the model over N processes (launch with torchrun --nproc-per-node N)")
+    add_tensor_parallel(p)
 
 
 def check_device(device: str | None) -> None:
@@ -70,7 +70,8 @@ def check_device(device: str | None) -> None:
 
 
 def load_model(
-    spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1
+    spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1,
+    collective_timeout_s: float = RuntimeConfig.collective_timeout_s,
 ) -> LM:
     """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong."""
     from ..runtime import LM, ModelLoadError
@@ -78,8 +79,8 @@ def load_model(
     check_device(device)
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
-        lm = LM.from_pretrained(path, device=device, dtype=dtype, runtime=RuntimeConfig(attention=attention),
-                                tensor_parallel=tensor_parallel)
+        runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s)
+        lm = LM.from_pretrained(path, device=device, dtype=dtype, runtime=runtime, tensor_parallel=tensor_parallel)
     except ModelLoadError as exc:
         raise CliError(f"--model {spec}: {exc}") from exc
     except ParallelError as exc:
