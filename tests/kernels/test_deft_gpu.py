@@ -94,8 +94,8 @@ def test_tile_needs_match_the_compiled_kernels() -> None:
     assert set(shapes) == set(TILE_NEEDS)
     props = torch.cuda.get_device_properties(0)
     smem, regs = props.shared_memory_per_multiprocessor, props.regs_per_multiprocessor
+    flat = k.stride(0) == 16 * k.stride(1) and v.stride(0) == 16 * v.stride(1)
     for shape, tc in shapes.items():
-        flat = k.stride(0) == 16 * k.stride(1) and v.stride(0) == 16 * v.stride(1)
         compiled = _launch_partials(q, k, v, work, tc, 128**-0.5, 16, 4, 128, 128, flat)
         needs = (compiled.metadata.shared, compiled.n_regs)
         assert programs_per_sm(shape, 128, smem, regs, needs) == programs_per_sm(shape, 128, smem, regs), (

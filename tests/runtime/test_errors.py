@@ -113,4 +113,3 @@ def test_config_dimensions_are_checked_against_the_weights(tmp_path, arch, chang
 def test_bad_runtime_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         RuntimeConfig(**{field: value})
-
