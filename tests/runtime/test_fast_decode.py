@@ -70,6 +70,28 @@ def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
         assert a == pytest.approx(b, abs=2e-2)
 
 
+def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) -> None:
+    """A prompt without KV takes one general forward (its prefill and step 0); a materialized
+    prompt, and branches whose last token has no KV yet, start on the fixed buffers at step 0,
+    the first row of each parent writing that token's KV; tokens as the general steps give."""
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
+    got = []
+    for fast in (True, False):
+        lm = _lm(model_dir, fast=fast)
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree.materialize()
+        before = (lm.stats.forward_steps, lm.stats.fast_steps)
+        kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
+        more = tree.expand(kids[:2], n=2, sampling=sampled)
+        steps = (lm.stats.forward_steps - before[0], lm.stats.fast_steps - before[1])
+        assert steps == ((7, 7) if fast else (7, 0))
+        assert all(k.kv.written == len(k.kv.tokens) for k in kids[:2])  # their last tokens got KV once
+        lm.check_integrity(tree)
+        got.append(([k.tokens for k in kids], [[k.tokens for k in ks] for ks in more]))
+    assert got[0] == got[1]
+
+
 def _plans_needed(lengths: list[int]) -> int:
     """Decode runs for branches of these lengths: finished ones ride along until half have finished."""
     plans, rows = 0, 0

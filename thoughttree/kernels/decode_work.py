@@ -60,7 +60,8 @@ def decode_work(
 
     Args:
         plan: the shared tree; query r sits on the parent node of its tail and sees all of it.
-        tails: per query, the slots of its tail so far (at least one: the newest token).
+        tails: per query, the slots of its tail so far (empty before the run's first step, whose
+            query is the parent's last token).
         tail_cap: the longest a tail may grow in this run (its window size).
         share: DeFT grouping of the shared part (True) or per-sequence paths (False).
     """
@@ -68,8 +69,8 @@ def decode_work(
     if len(tails) != q:
         raise ValueError(f"need one tail per query: {len(tails)} tails for {q} queries")
     lengths = np.fromiter((len(t) for t in tails), dtype=np.int64, count=q)
-    if q and (lengths.min() < 1 or lengths.max() > tail_cap):
-        raise ValueError(f"tails must hold 1 to tail_cap={tail_cap} slots, got {lengths.min()} to {lengths.max()}")
+    if q and lengths.max() > tail_cap:
+        raise ValueError(f"tails must hold at most tail_cap={tail_cap} slots, got {lengths.max()}")
     build = tree_host_work if share else sequence_host_work
     shared = build(plan, num_q_heads, num_kv_heads, head_dim, cfg)
     base = len(shared.slots)

@@ -1,4 +1,4 @@
-"""The decode steps of one batch of branches, from its second token until half of them finish.
+"""The decode steps of one batch of branches, from its first token until half of them finish.
 
 Built once when a batch starts decoding on fixed buffers: it plans the shared part of the tree
 (each branch's parent path), loads it with the tails into the engine's
@@ -75,8 +75,10 @@ class DecodeRun:
     def launch(self, ids: Sequence[int], from_device: bool) -> int:
         """Queue the step that forwards the newest token of requests ``ids`` and draws the next;
         returns a ticket for :meth:`collect`. ``from_device``: those tokens are the ones the last
-        step drew (their segments hold a placeholder); else they are the segments' last tokens.
-        The run's other rows have finished: they write to the scratch slot."""
+        step drew (their segments hold a placeholder); else they are the segments' last tokens,
+        or for a segment still empty (the first step) its parent's last token: the first row of
+        each parent writes that token's KV if the parent lacks it, the others write to the
+        scratch slot, as the run's finished rows do."""
         tails = self.tails
         r = len(tails)
         alive = np.array([self.row_of[i] for i in ids], dtype=np.int64)
@@ -85,12 +87,25 @@ class DecodeRun:
         inputs[:2] = 0  # finished rows: token 0 at position 0, written to the scratch slot
         inputs[2] = self.engine.kv.pool.scratch_slot
         live = [tails[row] for row in alive]
-        inputs[0, alive] = -1 if from_device else [t.tokens[-1] for t in live]
-        inputs[2, alive] = [t.slots[-1] for t in live]
+        scratch = self.engine.kv.pool.scratch_slot
+        parents = {}  # id -> parent segment whose last token's KV this step writes
+        if from_device:
+            inputs[0, alive] = -1
+            inputs[2, alive] = [t.slots[-1] for t in live]
+        else:
+            for t, row in zip(live, alive):
+                if t.tokens:
+                    inputs[0, row], inputs[2, row] = t.tokens[-1], t.slots[-1]
+                    continue
+                p = self.requests[row].parent
+                inputs[0, row], inputs[2, row] = p.tokens[-1], scratch
+                if p.written < len(p.tokens) and p.id not in parents:
+                    inputs[2, row] = p.slots[-1]
+                    parents[p.id] = p
         inputs[1, alive] = np.fromiter((t.start for t in live), dtype=np.int64, count=len(live)) + inputs[3, alive] - 1
         replays = len(self.arena.graphs)
         logits = self.arena.step(inputs)
-        for t in live:
+        for t in [*live, *parents.values()]:
             t.written = len(t.tokens)
         stats = self.engine.stats
         grown = int(inputs[3, alive].sum())

@@ -80,6 +80,11 @@ class _EagerKV:
         return tree_attention(q, self.kv.pool.k[layer], self.kv.pool.v[layer], self.plan, backend=self.backend)
 
 
+def _kv_but_last(seg: Segment) -> bool:
+    """Whether every token on ``seg``'s path has its KV, except perhaps ``seg``'s last."""
+    return seg.written >= len(seg.tokens) - 1 and all(s.written == len(s.tokens) for s in seg.path()[:-1])
+
+
 class Engine:
     """Runs the model over the KV tree (one plan per step, reused by every layer)."""
 
@@ -186,7 +191,7 @@ class Engine:
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.
 
-        Step 0 reads the logits at each parent's last token; each later step feeds every
+        Step 0 reads the logits at each parent's last token (recomputing that row); each later step feeds every
         unfinished request its newest token. A finished request's last token keeps its slot
         and gets KV in the next step that touches it. On failure nothing is left allocated.
         """
@@ -196,12 +201,16 @@ class Engine:
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
         try:
-            logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
-            packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
-            active = list(range(len(requests)))
-            draw = unpack(packed)
-            self._take(active, draw.tokens, draw.logprobs, outs)
-            still = self._still_active(active, outs, requests)
+            still = list(range(len(requests)))
+            # Step 0 runs on the fixed buffers too when every parent path has its KV but for perhaps
+            # the parent's last token (a branch that just finished); else one general forward
+            # computes the missing KV (a prompt's prefill) and step 0's logits.
+            if not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
+                logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
+                packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
+                draw = unpack(packed)
+                self._take(still, draw.tokens, draw.logprobs, outs)
+                still = self._still_active(still, outs, requests)
             if self.fast_decode:
                 self._decode_fast(requests, outs, still)
                 still = []
@@ -222,7 +231,8 @@ class Engine:
         return outs
 
     def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int]) -> None:
-        """Decode steps on fixed buffers, each launched before the host reads the draws of the one before.
+        """Decode steps on fixed buffers, from the first, each launched before the host reads the
+        draws of the one before.
 
         While step t runs, the host has already reserved a slot for the token step t draws and
         queued step t+1 to forward it straight from the device; then it reads step t's draws and

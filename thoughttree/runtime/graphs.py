@@ -245,8 +245,10 @@ class DecodeArena:
     def _forward(self, b: int) -> torch.Tensor:
         tokens, pos, slots, tail_len = self.step_in[:, :b].unbind(0)
         ids = torch.where(tokens >= 0, tokens, self.sampled[:b, 0].long())
-        # The newest token of each row extends its tail window and its tail pieces.
-        self.slots[self.tail_base[:b].long() + tail_len - 1] = slots.int()
+        # The newest token of each row extends its tail window and its tail pieces (a row with no
+        # tail yet, the first step's, forwards its parent's last token and extends nothing).
+        newest = self.tail_base[:b].long() + tail_len - 1
+        self.slots[torch.where(tail_len > 0, newest, self.cap.slots)] = slots.int()
         piece_len = tail_len[self.tail_rows.long()] - self.tail_starts
         self.items[self.tail_items.long(), 1] = piece_len.clamp(0, TAIL_PIECE).int()
         self.own_len[1, :b] = tail_len.int() * self.tail_fold
