@@ -146,17 +146,32 @@ def _partial_kernel(
     )
 
 
+@triton.jit
+def _first_rows(x, G_M: tl.constexpr, ROWS: tl.constexpr):
+    """The first G_M entries of ``x`` [ROWS] (ROWS a multiple of G_M)."""
+    x2 = tl.reshape(x, (ROWS // G_M, G_M))
+    return tl.sum(tl.where(tl.arange(0, ROWS // G_M)[:, None] == 0, x2, 0.0), axis=0)
+
+
+@triton.jit
+def _first_rows_2d(x, G_M: tl.constexpr, ROWS: tl.constexpr, D_PAD: tl.constexpr):
+    """The first G_M rows of ``x`` [ROWS, D_PAD] (ROWS a multiple of G_M)."""
+    x3 = tl.reshape(x, (ROWS // G_M, G_M, D_PAD))
+    return tl.sum(tl.where(tl.arange(0, ROWS // G_M)[:, None, None] == 0, x3, 0.0), axis=0)
+
+
 @triton.jit(do_not_specialize=["own_stride"])  # the row count: one compiled merge for every batch
 def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
     Q, K, V, SLOTS, OWN_START, OWN_LEN, own_stride, scale_log2, page_size,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
-    HQ: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr,
+    HQ: tl.constexpr, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, OWN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+    FLAT: tl.constexpr,
 ):
     query = tl.program_id(0)
     h = tl.program_id(1)
-    g = tl.arange(0, G_PAD)
+    g = tl.arange(0, G_M)
     head = h * G + g
     g_ok = g < G
     offs_d = tl.arange(0, D_PAD)
@@ -164,18 +179,21 @@ def _merge_kernel(
     first = tl.load(OFFSETS + query)
     last = tl.load(OFFSETS + query + 1)
     if OWN_RANGES > 0:
-        # Issued before the partials' chain of loads, which they do not depend on.
+        # Issued before the partials' chain of loads, which they do not depend on. The own keys
+        # are multiplied on tensor cores, whose tiles have at least OWN_ROWS = 16 rows; the
+        # partials are merged on G_M rows apart, so their tiles take no padding registers.
+        g16 = tl.arange(0, OWN_ROWS)
         q = tl.load(
-            Q + query.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-            mask=g_ok[:, None] & d_ok[None, :],
+            Q + query.to(tl.int64) * stride_qt + (h * G + g16)[:, None] * stride_qh + offs_d[None, :],
+            mask=(g16 < G)[:, None] & d_ok[None, :],
             other=0.0,
         )
         ranges = tl.arange(0, OWN_RANGES)
         own_starts = tl.load(OWN_START + ranges * own_stride + query)
         own_lens = tl.load(OWN_LEN + ranges * own_stride + query)
-    m = tl.full([G_PAD], _NEG, tl.float32)
-    l = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, D_PAD], tl.float32)
+    m = tl.full([G_M], _NEG, tl.float32)
+    l = tl.zeros([G_M], tl.float32)
+    acc = tl.zeros([G_M, D_PAD], tl.float32)
     # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic. Their
     # row ids and log2-sum-exps come in one load each; the unrolled loop then issues all
     # BLOCK_P output loads before it needs any of them.
@@ -183,33 +201,46 @@ def _merge_kernel(
     for i in range(first, last, BLOCK_P):
         p_ok = i + offs_b < last
         prow = tl.load(ROWS + i + offs_b, mask=p_ok, other=0).to(tl.int64)
-        idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, G_PAD]
+        idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, G_M]
         lse = tl.load(PLSE + idx, mask=p_ok[:, None] & g_ok[None, :], other=_NEG)
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         alpha = tl.math.exp2(m - m_new)
-        w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, G_PAD]
+        w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, G_M]
         acc = acc * alpha[:, None]
         for j in tl.static_range(BLOCK_P):
             pick = offs_b == j
             row_j = tl.sum(tl.where(pick, prow, 0), axis=0)
-            w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [G_PAD]
+            w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [G_M]
             ok_j = g_ok & (g * 0 + i + j < last)
             o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :], other=0.0)
             acc += o * w_j[:, None]
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
     if OWN_RANGES > 0:
-        # The query's own keys, all visible: the same online softmax, continued from the merge
-        # (a partial with log2-sum-exp L and output O is 2^L keys' worth of weight on O).
+        # The query's own keys, all visible: an online softmax of their own on OWN_ROWS rows,
+        # then joined with the partials' (a partial with log2-sum-exp L and output O is 2^L
+        # keys' worth of weight on O).
+        m2 = tl.full([OWN_ROWS], _NEG, tl.float32)
+        l2 = tl.zeros([OWN_ROWS], tl.float32)
+        acc2 = tl.zeros([OWN_ROWS, D_PAD], tl.float32)
         keys = tl.arange(0, BLOCK_K)
         for r in tl.static_range(OWN_RANGES):
             start = tl.sum(tl.where(ranges == r, own_starts, 0), axis=0)
             n = tl.sum(tl.where(ranges == r, own_lens, 0), axis=0)
-            lim = tl.zeros([G_PAD], tl.int32) + n
+            lim = tl.zeros([OWN_ROWS], tl.int32) + n
             for n0 in range(0, n, BLOCK_K):
                 ok = n0 + keys < n
                 k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-                m, l, acc = _attend(q, k, v, n0 + keys, lim, m, l, acc, scale_log2, True)
+                m2, l2, acc2 = _attend(q, k, v, n0 + keys, lim, m2, l2, acc2, scale_log2, True)
+        if OWN_ROWS > G_M:  # the rows of the query heads
+            m2 = _first_rows(m2, G_M, OWN_ROWS)
+            l2 = _first_rows(l2, G_M, OWN_ROWS)
+            acc2 = _first_rows_2d(acc2, G_M, OWN_ROWS, D_PAD)
+        m_new = tl.maximum(m, m2)
+        alpha = tl.math.exp2(m - m_new)
+        beta = tl.math.exp2(m2 - m_new)
+        acc = acc * alpha[:, None] + acc2 * beta[:, None]
+        l = l * alpha + l2 * beta
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(
         OUT + query.to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
@@ -273,8 +304,7 @@ def run_work(
     group = h_q // h_kv
     d_pad = max(16, triton.next_power_of_2(d))
     own = work.own_start is not None
-    # Reading own keys multiplies on tensor cores, whose tiles have at least 16 rows.
-    g_pad = max(16 if own else 1, triton.next_power_of_2(group))
+    g_m = triton.next_power_of_2(group)
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
     if num_q == 0:
@@ -299,8 +329,8 @@ def run_work(
         work.own_stride, scale * 1.4426950408889634, page_size,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=h_q, G=group, G_PAD=g_pad, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
-        OWN_RANGES=OWN_RANGES if own else 0, BLOCK_K=OWN_BLOCK, FLAT=flat,
+        HQ=h_q, G=group, G_M=g_m, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
+        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, g_m), BLOCK_K=OWN_BLOCK, FLAT=flat,
         num_warps=4,
     )
     return out
