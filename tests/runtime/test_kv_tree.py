@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,3 +113,19 @@ def test_pool_refuses_double_release() -> None:
     assert pool.num_used == 0
     with pytest.raises(RuntimeError, match="more often"):
         pool.release(0)
+
+
+def test_a_dropped_lm_is_freed_at_once(tiny_model_dir) -> None:
+    """Nothing an LM builds holds the LM itself, so dropping the last reference frees it (and its
+    KV pool, and on a GPU its graphs) without waiting for the cycle collector."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=PAGE, num_pages=64))
+        lm.tree_logits([lm.encode("the quick brown"), lm.encode("the quick fox")])
+        ref = weakref.ref(lm)
+        del lm
+        assert ref() is None
+    finally:
+        if collecting:
+            gc.enable()

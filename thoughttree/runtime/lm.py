@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,6 +20,23 @@ from .parallel import TensorParallel, check_divisible, local_device
 
 CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def decode_tokens(tokenizer: Any, tokens: Sequence[int]) -> str:
+    """Text of ``tokens``, special tokens skipped."""
+    return tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+def decode_token_lists(tokenizer: Any, token_lists: Sequence[Sequence[int]]) -> list[str]:
+    """:func:`decode_tokens` of many lists; straight through the Rust tokenizer when there is one."""
+    lists = [list(t) for t in token_lists]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return tokenizer.batch_decode(lists, skip_special_tokens=True)
+    texts = backend.decode_batch(lists, skip_special_tokens=True)
+    if getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        texts = [tokenizer.clean_up_tokenization(t) for t in texts]
+    return texts
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
@@ -79,7 +97,10 @@ class LM:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = tuple(sorted(eos))
         self.engine = Engine(
-            model, self.kv, attention=attention, detokenize=self.decode, batch_detokenize=self.decode_batch,
+            # The tokenizer's functions, not this LM's bound methods: the engine must not hold the
+            # LM, so that a dropped LM (and its KV pool and graphs) is freed at once.
+            model, self.kv, attention=attention, detokenize=partial(decode_tokens, tokenizer),
+            batch_detokenize=partial(decode_token_lists, tokenizer),
             eos_token_ids=self.eos_token_ids, max_context=cfg.max_context, runtime=runtime,
         )
 
@@ -140,18 +161,11 @@ class LM:
         return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
 
     def decode(self, tokens: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+        return decode_tokens(self.tokenizer, tokens)
 
     def decode_batch(self, token_lists: Sequence[Sequence[int]]) -> list[str]:
         """:meth:`decode` of many token lists; straight through the Rust tokenizer when there is one."""
-        lists = [list(t) for t in token_lists]
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            return self.tokenizer.batch_decode(lists, skip_special_tokens=True)
-        texts = backend.decode_batch(lists, skip_special_tokens=True)
-        if getattr(self.tokenizer, "clean_up_tokenization_spaces", False):
-            texts = [self.tokenizer.clean_up_tokenization(t) for t in texts]
-        return texts
+        return decode_token_lists(self.tokenizer, token_lists)
 
     def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
         tokens = [int(t) for t in tokens]
