@@ -48,6 +48,7 @@ SWEEP = (
     WorkConfig(wide_tiles=(256, 8192)),  # 128-row tiles only from 256 query rows and 8192 keys
     WorkConfig(max_block_m=64),  # no 128-row tiles
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
+    WorkConfig(fold_unshared=False),  # a node only one query sees gets partial items like the others
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]

@@ -6,6 +6,8 @@ tl.dot is wrong for bfloat16); the ``gpu`` tests repeat the checks at real sizes
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -18,9 +20,12 @@ from thoughttree.kernels.deft import deft_work
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
 CPU = dict(d=64, dtype=torch.float16, device="cpu")
-SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0))  # many chunks per node, every tile size
-ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, merge_block=4)  # one-token nodes shared
-PREFETCHED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)))  # register pipeline
+# Many chunks per node, every tile size; leaves of one query keep their partial items.
+SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0), fold_unshared=False)
+ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, fold_unshared=False, merge_block=4)  # one-token nodes shared
+PREFETCHED = WorkConfig(  # register pipeline
+    waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)), fold_unshared=False
+)
 NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items
 ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000, merge_block=8)  # nodes < 64 read by the merge
 BY_ROUNDS = WorkConfig(num_sms=2, min_chunk=16, wide_tiles=(0, 0))  # each class's chunks sized for its own rounds
@@ -164,3 +169,16 @@ def test_own_keys_folded_into_the_merge_or_not() -> None:
     for config, folds in ((WorkConfig(), True), (NO_FOLD, False), (ALL_OWN, True)):
         assert (deft_work(plan, 4, 1, CPU["d"], config).own_start is not None) == folds
         assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
+def test_leaves_of_one_query_read_by_the_merge() -> None:
+    # A prompt under leaves of one query each, from one key to more than fold_own: the short ones
+    # are read by their query's merge, the long one by partial items, a shared node by both.
+    parents = [-1, 0, 0, 0, 0, 0, 5, 5]
+    lengths = [70, 1, 17, 32, 150, 9, 40, 3]
+    q, k, v, plan = build(parents, lengths, [1, 2, 3, 4, 6, 7, 0], None, h_q=8, h_kv=2, page_size=16, **CPU)
+    config = WorkConfig(waves=4.0, num_sms=32, min_chunk=16)
+    work = deft_work(plan, 8, 2, CPU["d"], config)
+    assert work.own_start is not None
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=replace(config, fold_unshared=False)), q, k, v, plan)

@@ -85,11 +85,11 @@ def test_tile_classes_side_by_side_equal_one_after_another_and_in_a_graph() -> N
 def test_tile_needs_match_the_compiled_kernels() -> None:
     """The planner's table of what each default tile takes gives the residency the compiled
     kernels really have on this GPU and Triton (an 8k prompt under 64 leaves, and a 3k node under
-    24 more: one launch of each tile class)."""
+    24 more, the leaves as partial items: one launch of each tile class)."""
     parents, lengths = [-1] + [0] * 64 + [0] + [65] * 24, [8192] + [30] * 64 + [3000] + [40] * 24
     q, k, v, plan = build(parents, lengths, list(range(1, 65)) + list(range(66, 90)), None, h_q=32, h_kv=8, d=128,
                           page_size=16, dtype=torch.bfloat16, device="cuda")
-    work = deft_work(plan, 32, 8, 128, WorkConfig())
+    work = deft_work(plan, 32, 8, 128, WorkConfig(fold_unshared=False))
     shapes = {(c.block_m, c.block_n, c.num_warps, c.num_stages): c for c in work.classes}
     assert set(shapes) == set(TILE_NEEDS)
     props = torch.cuda.get_device_properties(0)

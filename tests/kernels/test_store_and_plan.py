@@ -162,3 +162,17 @@ def test_work_config_rejects_bad_rounds() -> None:
     for rounds in ((), (2, 1), (0, 1), (1, 1)):
         with pytest.raises(ValueError, match="rounds"):
             WorkConfig(rounds=rounds)
+
+
+def test_a_node_only_one_query_sees_is_read_by_its_merge() -> None:
+    # 256 leaves of 32 keys under a 4k prompt, one query each: each leaf is its query's own keys
+    # (read by the merge), so only the prompt has partial items; leaves past fold_own keep theirs.
+    slots = [np.arange(4096)] + [4096 + 32 * i + np.arange(32) for i in range(256)]
+    plan = plan_tree_attention(np.array([-1] + [0] * 256), slots, np.arange(1, 257), page_size=16, device="cpu")
+    host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132))
+    assert set(host.items[:, 3]) == {0} and (host.own_len[0] == 32).all()
+    host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132, fold_unshared=False))
+    assert set(host.items[:, 3]) == set(range(257)) and not host.own_len.any()
+    long = [np.arange(4096)] + [4096 + 200 * i + np.arange(200) for i in range(50)]
+    plan = plan_tree_attention(np.array([-1] + [0] * 50), long, np.arange(1, 51), page_size=16, device="cpu")
+    assert set(tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132)).items[:, 3]) == set(range(51))

@@ -43,6 +43,8 @@ class WorkConfig:
     fold_own: a query's own keys (its short nodes; in decode, its tail) up to this many are read
     by its merge program instead of by partial items: one launch and one partial round trip
     fewer per call. 0 never folds.
+    fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
+    short too (a leaf of one branch gains nothing from a partial item of its own).
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
     H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
@@ -56,6 +58,7 @@ class WorkConfig:
     max_block_m: int | None = None
     small_node: int = 8
     fold_own: int = 128
+    fold_unshared: bool = True
     wide_tiles: tuple[int, int] = (128, 4096)
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
@@ -465,6 +468,8 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     lo = np.searchsorted(skey, pre * big, side="left")
     hi = np.searchsorted(skey, (pre + size) * big, side="left")
     small = lengths < cfg.small_node
+    if cfg.fold_unshared:
+        small |= (hi - lo == 1) & (lengths <= cfg.fold_own)
     nodes = np.nonzero((hi > lo) & (lengths > 0) & ~small)[0]
     rows = (hi - lo)[nodes] * group
     cls = np.minimum(np.searchsorted(bm_of, rows, side="left"), len(shapes) - 1)
