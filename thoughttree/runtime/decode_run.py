@@ -85,9 +85,9 @@ class DecodeRun:
         inputs = np.empty((4, r), dtype=np.int64)
         inputs[3] = [len(t.tokens) for t in tails]
         inputs[:2] = 0  # finished rows: token 0 at position 0, written to the scratch slot
-        inputs[2] = self.engine.kv.pool.scratch_slot
-        live = [tails[row] for row in alive]
         scratch = self.engine.kv.pool.scratch_slot
+        inputs[2] = scratch
+        live = [tails[row] for row in alive]
         parents = {}  # id -> parent segment whose last token's KV this step writes
         if from_device:
             inputs[0, alive] = -1

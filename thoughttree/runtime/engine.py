@@ -192,8 +192,9 @@ class Engine:
         """Sample a continuation for every request, all in one forward per step.
 
         Step 0 reads the logits at each parent's last token (recomputing that row); each later
-        step feeds every unfinished request its newest token. A finished request's last token keeps its slot
-        and gets KV in the next step that touches it. On failure nothing is left allocated.
+        step feeds every unfinished request its newest token. A finished request's last token
+        keeps its slot and gets KV in the next step that touches it. On failure nothing is left
+        allocated.
         """
         for r in requests:
             if r.parent.end >= self.max_context:
