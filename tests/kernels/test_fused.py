@@ -50,7 +50,11 @@ def test_silu_mul(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("h_q,h_kv,d", [(4, 2, 32), (6, 1, 64), (3, 3, 16)])
-def test_rope_store_rotates_and_writes_only_real_slots(dtype: torch.dtype, h_q: int, h_kv: int, d: int) -> None:
+@pytest.mark.parametrize("heads", [1, 4])
+def test_rope_store_rotates_and_writes_only_real_slots(
+    dtype: torch.dtype, h_q: int, h_kv: int, d: int, heads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fused, "rope_heads", lambda rows: heads)  # heads per program, as for many rows
     g = torch.Generator().manual_seed(d)
     t = 6
     qkv = torch.randn(t, (h_q + 2 * h_kv) * d, generator=g).to(DEV, dtype)
