@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
 from thoughttree.kernels.topology import concat_ranges, path_sums, preorder
-from thoughttree.kernels.workplan import SM_LIMITS, WorkConfig, _tile_shapes, programs_per_sm, tree_host_work, upload_int32
+from thoughttree.kernels.workplan import OWN_BLOCKS, SM_LIMITS, WorkConfig, _tile_shapes, programs_per_sm, tree_host_work, tree_work, upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -176,3 +176,13 @@ def test_a_node_only_one_query_sees_is_read_by_its_merge() -> None:
     long = [np.arange(4096)] + [4096 + 200 * i + np.arange(200) for i in range(50)]
     plan = plan_tree_attention(np.array([-1] + [0] * 50), long, np.arange(1, 51), page_size=16, device="cpu")
     assert set(tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132)).items[:, 3]) == set(range(51))
+
+
+@pytest.mark.parametrize("leaf,block", [(1, 16), (16, 16), (17, 32), (100, 32)])
+def test_the_merge_reads_own_keys_in_the_smallest_block_that_holds_every_range(leaf: int, block: int) -> None:
+    # Leaves of `leaf` keys, one query each, are their queries' own keys (read by the merge).
+    slots = [np.arange(512)] + [512 + leaf * i + np.arange(leaf) for i in range(6)]
+    plan = plan_tree_attention(np.array([-1] + [0] * 6), slots, np.arange(1, 7), page_size=16, device="cpu")
+    work = tree_work(plan, 8, 2, 32, WorkConfig(num_sms=4))
+    assert work.own_len is not None and int(work.own_len.max()) == leaf
+    assert work.own_block == block and block in OWN_BLOCKS

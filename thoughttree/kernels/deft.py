@@ -24,7 +24,6 @@ from .plan import TreePlan
 from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
-OWN_BLOCK = 32  # keys per step when the merge reads a query's own keys
 
 
 @triton.jit
@@ -330,7 +329,7 @@ def run_work(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, G_M=g_m, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
-        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, g_m), BLOCK_K=OWN_BLOCK, FLAT=flat,
+        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, g_m), BLOCK_K=work.own_block, FLAT=flat,
         num_warps=4,
     )
     return out

@@ -26,6 +26,9 @@ OWN_PIECE = 512  # most tokens of a query's unshared short nodes one program rea
 # Own ranges per query, read by the merge program itself: 0, the short nodes on its path;
 # 1, its decode tail (see decode_work).
 OWN_RANGES = 2  # a power of two: the merge loads a query's ranges as one vector
+# Keys per step when the merge reads a query's own keys: 16 (the least a tensor-core tile takes)
+# when every own range of the plan fits in it, else 32.
+OWN_BLOCKS = (16, 32)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ class WorkPlan:
     own_start, own_len [OWN_RANGES, Q] int32 views (rows ``own_stride`` apart): the slot-array
     ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
-    (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's).
+    (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
+    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS).
     """
 
     slots: torch.Tensor
@@ -123,6 +127,7 @@ class WorkPlan:
     own_len: torch.Tensor | None = None
     own_stride: int = 0
     side_by_side: bool = True
+    own_block: int = OWN_BLOCKS[-1]
 
 
 def _padded(head_dim: int) -> int:
@@ -445,6 +450,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
         side_by_side=side_by_side,
+        own_block=next(b for b in OWN_BLOCKS if b >= host.own_len.max(initial=0) or b == OWN_BLOCKS[-1]),
     )
 
 
