@@ -450,7 +450,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
         side_by_side=side_by_side,
-        own_block=next(b for b in OWN_BLOCKS if b >= host.own_len.max(initial=0) or b == OWN_BLOCKS[-1]),
+        own_block=OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1],
     )
 
 
