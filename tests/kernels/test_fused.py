@@ -21,6 +21,8 @@ from tree_cases import assert_close_to_reference, random_cache, tree_shape
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
+# With a GPU every case runs the compiled kernels there, so `pytest -m gpu` selects them.
+pytestmark = [pytest.mark.gpu] if DEV == "cuda" else []
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> None:
