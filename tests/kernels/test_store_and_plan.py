@@ -79,6 +79,30 @@ def _ancestors(parents: list[int], node: int) -> set[int]:
     return out
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=30), st.integers(0, 2**16), st.booleans())
+def test_path_slots_of_chosen_nodes_match_a_walk(draws: list[int], seed: int, leaves_only: bool) -> None:
+    # Each query's slots of the chosen nodes on its path, root first, its own node cut at what it
+    # sees; chosen nodes that are all leaves take a shorter way, checked here too.
+    rng = np.random.default_rng(seed)
+    parents = [-1] + [int(x % (i + 1)) for i, x in enumerate(draws[1:])]
+    lengths = rng.integers(1, 5, len(parents))
+    slots = np.split(rng.permutation(int(lengths.sum())), np.cumsum(lengths)[:-1])
+    queries = rng.integers(0, len(parents), int(rng.integers(1, 8)))
+    visible = rng.integers(1, lengths[queries] + 1)
+    has_child = np.zeros(len(parents), dtype=bool)
+    has_child[[p for p in parents if p >= 0]] = True
+    chosen = rng.random(len(parents)) < 0.5
+    if leaves_only:
+        chosen &= ~has_child
+    plan = plan_tree_attention(np.array(parents), slots, queries, visible, page_size=4, device="cpu")
+    offsets, flat = plan.path_slots(chosen)
+    for q, (node, seen) in enumerate(zip(queries, visible)):
+        path = sorted(_ancestors(parents, int(node)), key=lambda a: len(_ancestors(parents, a)))
+        want = [s for a in path if chosen[a] for s in (slots[a][:seen] if a == node else slots[a])]
+        assert flat[offsets[q] : offsets[q + 1]].tolist() == [int(s) for s in want]
+
+
 def test_concat_ranges() -> None:
     assert concat_ranges(np.array([5, 0, 10]), np.array([2, 0, 3])).tolist() == [5, 6, 10, 11, 12]
     assert concat_ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).tolist() == []

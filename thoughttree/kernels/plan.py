@@ -75,8 +75,15 @@ class TreePlan:
         the first ``query_visible`` tokens of its own node.
         """
         qn, n = self.query_nodes, self.num_nodes
+        offsets = np.zeros(self.num_queries + 1, dtype=np.int64)
         if nodes is not None and not nodes.any():
-            return np.zeros(self.num_queries + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return offsets, np.zeros(0, dtype=np.int64)
+        if nodes is not None and not nodes[self.parents[self.parents >= 0]].any():
+            # No chosen node has a child (a decode step's one-token leaves): a query's only chosen
+            # node on its path is its own.
+            counts = np.where(nodes[qn], self.query_visible, 0)
+            np.cumsum(counts, out=offsets[1:])
+            return offsets, self.slots[concat_ranges(self.node_offsets[qn], counts)]
         pre, size = self.preorder
         perm = np.argsort(pre[qn], kind="stable")
         sorted_pre = pre[qn][perm]
@@ -92,7 +99,6 @@ class TreePlan:
         order = np.lexsort((self.depth[pair_node], pair_query))
         pair_node, pair_query, pair_len = pair_node[order], pair_query[order], pair_len[order]
         flat = self.slots[concat_ranges(self.node_offsets[pair_node], pair_len)]
-        offsets = np.zeros(self.num_queries + 1, dtype=np.int64)
         np.cumsum(np.bincount(pair_query, weights=pair_len, minlength=self.num_queries).astype(np.int64), out=offsets[1:])
         return offsets, flat
 
