@@ -210,3 +210,7 @@ def test_the_merge_reads_own_keys_in_the_smallest_block_that_holds_every_range(l
     work = tree_work(plan, 8, 2, 32, WorkConfig(num_sms=4))
     assert work.own_len is not None and int(work.own_len.max()) == leaf
     assert work.own_block == block and block in OWN_BLOCKS
+    for forced in OWN_BLOCKS:  # a config may fix it (the benchmark's sweep compares both)
+        assert tree_work(plan, 8, 2, 32, WorkConfig(num_sms=4, own_block=forced)).own_block == forced
+    with pytest.raises(ValueError, match="own_block"):
+        WorkConfig(own_block=24)

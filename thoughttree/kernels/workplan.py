@@ -48,6 +48,8 @@ class WorkConfig:
     fewer per call. 0 never folds.
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
+    own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS); None
+    (the default) takes the small block when every own range of the plan fits in it.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
     H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
@@ -62,6 +64,7 @@ class WorkConfig:
     small_node: int = 8
     fold_own: int = 128
     fold_unshared: bool = True
+    own_block: int | None = None
     wide_tiles: tuple[int, int] = (128, 4096)
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
@@ -82,6 +85,8 @@ class WorkConfig:
                 raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
         if self.merge_block < 1 or self.merge_block & (self.merge_block - 1):
             raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
+        if self.own_block is not None and self.own_block not in OWN_BLOCKS:
+            raise ValueError(f"own_block must be one of {OWN_BLOCKS} or None, got {self.own_block}")
         if self.small_node < 0 or self.fold_own < 0 or min(self.wide_tiles) < 0:
             raise ValueError(f"small_node, fold_own and wide_tiles must be non-negative, got {self}")
 
@@ -423,8 +428,12 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
     return [dev[start : start + n] for start, n in zip(starts, sizes)]
 
 
-def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int, side_by_side: bool = True) -> WorkPlan:
-    """Device copy of ``host`` with its partial workspaces."""
+def upload(
+    host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int, side_by_side: bool = True,
+    own_block: int | None = None,
+) -> WorkPlan:
+    """Device copy of ``host`` with its partial workspaces; ``own_block`` None chooses it (see
+    :class:`WorkConfig`)."""
     folds = bool(host.own_len.any())
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
     dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
@@ -450,7 +459,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
         side_by_side=side_by_side,
-        own_block=OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1],
+        own_block=own_block or (OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
     )
 
 
@@ -610,9 +619,11 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
 
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`tree_host_work`, uploaded to the plan's device with its workspaces."""
-    return upload(tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side)
+    host = tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block)
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`sequence_host_work`, uploaded to the plan's device with its workspaces."""
-    return upload(sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg), plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side)
+    host = sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block)
