@@ -181,3 +181,15 @@ def test_leaves_of_one_query_read_by_the_merge() -> None:
     for cfg, nodes in ((config, {0, 4, 5}), (replace(config, fold_unshared=False), {0, 2, 3, 4, 5, 6})):
         assert set(deft_work(plan, 8, 2, CPU["d"], cfg).items[:, 3].tolist()) == nodes  # nodes with partial items
         assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
+
+
+@pytest.mark.parametrize("own_block", [None, 16, 32])
+def test_own_keys_read_in_either_block(own_block: int | None) -> None:
+    # One-token and 9-token leaves of one query each (every own range fits 16 keys): chosen (16)
+    # or fixed by the config, the merge's own-key loop gives the same exact answer.
+    parents = [-1, 0, 0, 0, 0, 0]
+    lengths = [40, 1, 9, 1, 3, 1]
+    q, k, v, plan = build(parents, lengths, [1, 2, 3, 4, 5], None, h_q=8, h_kv=2, page_size=16, **CPU)
+    config = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, own_block=own_block)
+    assert deft_work(plan, 8, 2, CPU["d"], config).own_block == (own_block or 16)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
