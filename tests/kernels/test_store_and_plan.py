@@ -71,6 +71,15 @@ def test_preorder_path_sums_and_subtrees_match_a_walk(draws: list[int], seed: in
         assert size[i] == sum(i in _ancestors(parents, j) for j in range(len(par)))
 
 
+@pytest.mark.parametrize("parents", [[-1], [-1, 0], [-1, 0, 0, 0], [-1, 0, 0, 1], [-1, -1, 0], [-1, 0, -1, 2]])
+def test_preorder_of_stars_and_near_stars_matches_a_walk(parents: list[int]) -> None:
+    # Stars take a shorter way than other trees; both must give the walk's order and sizes.
+    pre, size = preorder(np.array(parents))
+    order = _dfs_order(parents)
+    assert [int(x) for x in np.argsort(pre)] == order
+    assert size.tolist() == [sum(i in _ancestors(parents, j) for j in range(len(parents))) for i in range(len(parents))]
+
+
 def _ancestors(parents: list[int], node: int) -> set[int]:
     out = set()
     while node >= 0:

@@ -47,6 +47,12 @@ def preorder(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         size: [N] nodes in each subtree (itself included).
     """
     n = len(parents)
+    if n and parents[0] == -1 and (parents[1:] == 0).all():
+        # A star (one root, every other node its child; a decode step's or a search level's
+        # tree): preorder is the id order.
+        size = np.ones(n, dtype=np.int64)
+        size[0] = n
+        return np.arange(n, dtype=np.int64), size
     size = subtree_sums(parents, np.ones(n, dtype=np.int64))
     # Siblings grouped by parent, ids ascending inside a group (stable sort keeps id order).
     order = np.argsort(parents, kind="stable")
