@@ -136,6 +136,10 @@ def test_uploaded_metadata_views_start_16_byte_aligned() -> None:
     for a, v in zip(arrays, views):
         assert v.data_ptr() % 16 == 0
         assert v.tolist() == a.tolist()
+    for big in (2**31, -(2**31) - 1):  # a value int32 cannot hold is an error, not a wrapped id
+        with pytest.raises(ValueError, match="exceeds int32"):
+            upload_int32([np.arange(3), np.array([0, big])], torch.device("cpu"))
+    assert upload_int32([np.array([2**31 - 1, -(2**31)])], torch.device("cpu"))[0].tolist() == [2**31 - 1, -(2**31)]
 
 
 def _class_items(parents: list[int], lengths: list[int], queries: list[int], cfg: WorkConfig) -> dict[int, tuple[int, int]]:

@@ -414,9 +414,9 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
     """
     sizes = [a.size for a in arrays]
     starts = aligned_starts(sizes)
-    flat = np.zeros(int(starts[-1]), dtype=np.int64)
-    for a, start in zip(arrays, starts):
-        flat[start : start + a.size] = a.reshape(-1)
+    pad = np.zeros(ALIGN, dtype=np.int64)  # each array's zero padding up to the next start
+    parts = [x for a, gap in zip(arrays, np.diff(starts)) for x in (a.reshape(-1), pad[: gap - a.size])]
+    flat = np.concatenate(parts) if parts else pad[:0]
     if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
         raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
     if device.type != "cuda":
@@ -438,11 +438,12 @@ def upload(
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
     dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
     dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = dev[:7]
-    classes = []
-    for c, (bm, bn, warps, stages) in enumerate(host.shapes):
-        idx = np.nonzero(host.item_class == c)[0]
-        if len(idx):
-            classes.append(TileClass(bm, bn, warps, stages, int(idx[0]), len(idx)))
+    bounds = np.searchsorted(host.item_class, np.arange(len(host.shapes) + 1)).tolist()  # items come by class
+    classes = [
+        TileClass(bm, bn, warps, stages, first, end - first)
+        for (bm, bn, warps, stages), first, end in zip(host.shapes, bounds, bounds[1:])
+        if end > first
+    ]
     return WorkPlan(
         slots=dev_slots,
         items=dev_items.view(-1, ITEM_FIELDS),
