@@ -49,7 +49,8 @@ class WorkConfig:
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
     own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS); None
-    (the default) takes the small block when every own range of the plan fits in it.
+    (the default) takes the small block when every own range of the plan fits in it. Decode
+    graphs, whose tails grow from step to step, always take the large one.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
     H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
