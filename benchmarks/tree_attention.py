@@ -11,7 +11,7 @@ measured in this run. When FlashInfer is importable its batch decode and multi-l
 attention; its kernels are JIT-compiled on first use into $FLASHINFER_WORKSPACE_BASE/.cache/
 flashinfer (--flashinfer-cache), in a warm-up before any timing, so keep that folder between runs.
 --smoke runs rows 64x shorter on the CPU through the Triton interpreter (wall clock, no floor;
-minutes per row: pick one with --workloads).
+minutes per row: pick one with --workloads, and leave out --sweep, which adds a run per config).
 """
 
 from __future__ import annotations
