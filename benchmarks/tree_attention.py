@@ -45,6 +45,7 @@ WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 1
 SWEEP = (
     WorkConfig(),
     WorkConfig(side_by_side=False),  # tile classes launched one after another on one stream
+    WorkConfig(early_merge=False),  # the merge launched after the partials end, not while they finish
     WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM (the sizing before rounds)
     WorkConfig(wide_tiles=(256, 8192)),  # 128-row tiles only from 256 query rows and 8192 keys
     WorkConfig(max_block_m=64),  # no 128-row tiles

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -80,6 +82,41 @@ def test_tile_classes_side_by_side_equal_one_after_another_and_in_a_graph() -> N
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, deft_tree_attention(q, k, v, plan, config=WorkConfig(side_by_side=False)))
+
+
+@pytest.mark.parametrize(
+    "config",
+    # One tile class; two on one stream; two on one stream, no own keys in the merge; two on two
+    # streams (the merge is not launched early there).
+    [WorkConfig(max_block_m=64), WorkConfig(side_by_side=False), WorkConfig(side_by_side=False, fold_own=0), WorkConfig()],
+)
+def test_early_merge_equals_the_merge_after_the_partials(config: WorkConfig) -> None:
+    # A 6k prompt under 40 leaves of 1-130 keys (the short ones read by the merge itself) and a
+    # second prompt node with 24 leaves: the merge launched early (behind the last partial
+    # launch, reading its own keys before it waits) against launched after, eager and in a graph.
+    rng = np.random.default_rng(5)
+    parents = [-1] + [0] * 40 + [0] + [41] * 24
+    lengths = [6000] + [int(x) for x in rng.integers(1, 130, 40)] + [2500] + [int(x) for x in rng.integers(1, 40, 24)]
+    q, k, v, plan = build(parents, lengths, list(range(1, 41)) + list(range(42, 66)), None, h_q=32, h_kv=8, d=128,
+                          page_size=16, dtype=torch.bfloat16, device="cuda")
+    late = dataclasses.replace(config, early_merge=False)
+    expected = deft_tree_attention(q, k, v, plan, config=late)
+    early = deft_tree_attention(q, k, v, plan, config=config)
+    assert torch.equal(early, expected)
+    assert_close_to_reference(early, q, k, v, plan)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        deft_tree_attention(q, k, v, plan, config=config)  # warm-up off the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = deft_tree_attention(q, k, v, plan, config=config)
+    for _ in range(3):
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, deft_tree_attention(q, k, v, plan, config=late))
 
 
 def test_tile_needs_match_the_compiled_kernels() -> None:

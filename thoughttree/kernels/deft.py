@@ -71,8 +71,10 @@ def _partial_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, EARLY: tl.constexpr,
 ):
+    if EARLY:  # the merge may launch once every program here has started; it waits for the end
+        tl.extra.cuda.gdc_launch_dependents()
     item = ITEMS + (first_item + tl.program_id(0)) * NFIELDS
     h = tl.program_id(1)
     kv_start = tl.load(item + 0)
@@ -166,7 +168,7 @@ def _merge_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, OWN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-    FLAT: tl.constexpr,
+    FLAT: tl.constexpr, EARLY: tl.constexpr,
 ):
     query = tl.program_id(0)
     h = tl.program_id(1)
@@ -178,9 +180,12 @@ def _merge_kernel(
     first = tl.load(OFFSETS + query)
     last = tl.load(OFFSETS + query + 1)
     if OWN_RANGES > 0:
-        # Issued before the partials' chain of loads, which they do not depend on. The own keys
-        # are multiplied on tensor cores, whose tiles have at least OWN_ROWS = 16 rows; the
-        # partials are merged on G_M rows apart, so their tiles take no padding registers.
+        # The query's own keys, all visible, come first: they do not depend on the partials
+        # (with EARLY, they are read while the partial launch finishes). An online softmax of
+        # their own on tensor cores, whose tiles have at least OWN_ROWS = 16 rows; the partials
+        # are merged on G_M rows apart, so their tiles take no padding registers. The two are
+        # joined at the end (a partial with log2-sum-exp L and output O is 2^L keys' worth of
+        # weight on O).
         g16 = tl.arange(0, OWN_ROWS)
         q = tl.load(
             Q + query.to(tl.int64) * stride_qt + (h * G + g16)[:, None] * stride_qh + offs_d[None, :],
@@ -190,6 +195,24 @@ def _merge_kernel(
         ranges = tl.arange(0, OWN_RANGES)
         own_starts = tl.load(OWN_START + ranges * own_stride + query)
         own_lens = tl.load(OWN_LEN + ranges * own_stride + query)
+        m2 = tl.full([OWN_ROWS], _NEG, tl.float32)
+        l2 = tl.zeros([OWN_ROWS], tl.float32)
+        acc2 = tl.zeros([OWN_ROWS, D_PAD], tl.float32)
+        keys = tl.arange(0, BLOCK_K)
+        for r in tl.static_range(OWN_RANGES):
+            start = tl.sum(tl.where(ranges == r, own_starts, 0), axis=0)
+            n = tl.sum(tl.where(ranges == r, own_lens, 0), axis=0)
+            lim = tl.zeros([OWN_ROWS], tl.int32) + n
+            for n0 in range(0, n, BLOCK_K):
+                ok = n0 + keys < n
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
+                m2, l2, acc2 = _attend(q, k, v, n0 + keys, lim, m2, l2, acc2, scale_log2, True)
+        if OWN_ROWS > G_M:  # the rows of the query heads
+            m2 = _first_rows(m2, G_M, OWN_ROWS)
+            l2 = _first_rows(l2, G_M, OWN_ROWS)
+            acc2 = _first_rows_2d(acc2, G_M, OWN_ROWS, D_PAD)
+    if EARLY:  # launched early (programmatic dependent launch): wait for the partials
+        tl.extra.cuda.gdc_wait()
     m = tl.full([G_M], _NEG, tl.float32)
     l = tl.zeros([G_M], tl.float32)
     acc = tl.zeros([G_M, D_PAD], tl.float32)
@@ -216,25 +239,6 @@ def _merge_kernel(
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
     if OWN_RANGES > 0:
-        # The query's own keys, all visible: an online softmax of their own on OWN_ROWS rows,
-        # then joined with the partials' (a partial with log2-sum-exp L and output O is 2^L
-        # keys' worth of weight on O).
-        m2 = tl.full([OWN_ROWS], _NEG, tl.float32)
-        l2 = tl.zeros([OWN_ROWS], tl.float32)
-        acc2 = tl.zeros([OWN_ROWS, D_PAD], tl.float32)
-        keys = tl.arange(0, BLOCK_K)
-        for r in tl.static_range(OWN_RANGES):
-            start = tl.sum(tl.where(ranges == r, own_starts, 0), axis=0)
-            n = tl.sum(tl.where(ranges == r, own_lens, 0), axis=0)
-            lim = tl.zeros([OWN_ROWS], tl.int32) + n
-            for n0 in range(0, n, BLOCK_K):
-                ok = n0 + keys < n
-                k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-                m2, l2, acc2 = _attend(q, k, v, n0 + keys, lim, m2, l2, acc2, scale_log2, True)
-        if OWN_ROWS > G_M:  # the rows of the query heads
-            m2 = _first_rows(m2, G_M, OWN_ROWS)
-            l2 = _first_rows(l2, G_M, OWN_ROWS)
-            acc2 = _first_rows_2d(acc2, G_M, OWN_ROWS, D_PAD)
         m_new = tl.maximum(m, m2)
         alpha = tl.math.exp2(m - m_new)
         beta = tl.math.exp2(m2 - m_new)
@@ -263,6 +267,13 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
 
 
 @functools.cache
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether ``device`` launches a kernel early behind another (programmatic dependent
+    launch: CUDA GPUs of compute capability 9.0 on)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@functools.cache
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
     """A second stream per device for partial launches of another tile class."""
     return torch.cuda.Stream(device)
@@ -270,9 +281,10 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _launch_partials(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, tc: TileClass, scale: float,
-    page_size: int, group: int, d: int, d_pad: int, flat: bool,
+    page_size: int, group: int, d: int, d_pad: int, flat: bool, early: bool = False,
 ) -> object:
-    """One partial launch: the items of tile class ``tc``, every KV head, on the current stream.
+    """One partial launch: the items of tile class ``tc``, every KV head, on the current stream;
+    ``early``: the merge after it is launched early (see :class:`WorkConfig`).
 
     Returns Triton's compiled kernel (its metadata holds the shared memory and registers it takes).
     """
@@ -284,7 +296,7 @@ def _launch_partials(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1,
+        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1, EARLY=early,
         num_warps=tc.num_warps, num_stages=tc.num_stages,
     )
 
@@ -312,11 +324,14 @@ def run_work(
     flat = k_cache.stride(0) == page_size * k_cache.stride(1) and v_cache.stride(0) == page_size * v_cache.stride(1)
     main = torch.cuda.current_stream(q.device) if q.is_cuda else None
     side = _side_stream(q.device) if main is not None and work.side_by_side and len(work.classes) > 1 else None
+    # The merge launches early only right behind one partial launch on its own stream: with
+    # nothing before it but the step's other kernels, it would read keys they still write.
+    early = merge and work.early_merge and side is None and bool(work.classes) and _dependent_launch(q.device)
     if side is not None:
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     for i, tc in enumerate(work.classes):
         with torch.cuda.stream(side) if side is not None and i > 0 else contextlib.nullcontext():
-            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat)
+            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, early)
     if side is not None:
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
@@ -330,7 +345,7 @@ def run_work(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, G_M=g_m, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
         OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, g_m), BLOCK_K=work.own_block, FLAT=flat,
-        num_warps=4,
+        EARLY=early, num_warps=4, **({"launch_pdl": True} if early else {}),
     )
     return out
 

@@ -75,6 +75,11 @@ class WorkConfig:
     # Partial launches of different tile classes run side by side on two CUDA streams (they
     # write disjoint partials), so one class's last wave overlaps the next class's programs.
     side_by_side: bool = True
+    # On GPUs with programmatic dependent launch (compute capability 9.0 on), the merge is
+    # launched while the partial launch before it runs: its programs start as the partials'
+    # last wave drains, read their own keys, then wait for the partials. Only where the merge
+    # follows one stream's partial launch (one tile class, or ``side_by_side=False``).
+    early_merge: bool = True
 
     def __post_init__(self) -> None:
         if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
@@ -115,7 +120,8 @@ class WorkPlan:
     ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
-    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS).
+    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS); early_merge:
+    WorkConfig's.
     """
 
     slots: torch.Tensor
@@ -134,6 +140,7 @@ class WorkPlan:
     own_stride: int = 0
     side_by_side: bool = True
     own_block: int = OWN_BLOCKS[-1]
+    early_merge: bool = True
 
 
 def _padded(head_dim: int) -> int:
@@ -431,7 +438,7 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
 
 def upload(
     host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int, side_by_side: bool = True,
-    own_block: int | None = None,
+    own_block: int | None = None, early_merge: bool = True,
 ) -> WorkPlan:
     """Device copy of ``host`` with its partial workspaces; ``own_block`` None chooses it (see
     :class:`WorkConfig`)."""
@@ -462,6 +469,7 @@ def upload(
         own_stride=len(host.q_perm),
         side_by_side=side_by_side,
         own_block=own_block or (OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
+        early_merge=early_merge,
     )
 
 
@@ -622,10 +630,10 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`tree_host_work`, uploaded to the plan's device with its workspaces."""
     host = tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
-    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block, cfg.early_merge)
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`sequence_host_work`, uploaded to the plan's device with its workspaces."""
     host = sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
-    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block, cfg.early_merge)

@@ -176,13 +176,14 @@ class Engine:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config
-        same = old is not None and old.attention == self.attention and (old.work.merge_block, old.work.side_by_side) == (cfg.merge_block, cfg.side_by_side)
+        same = old is not None and old.attention == self.attention and (old.work.merge_block, old.work.side_by_side, old.work.early_merge) == (cfg.merge_block, cfg.side_by_side, cfg.early_merge)
         if same and old.shapes == shapes and old.cap.holds(need):
             return old
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=cfg.merge_block, side_by_side=cfg.side_by_side,
+            early_merge=cfg.early_merge,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
             max_graph_rows=self.runtime.graph_max_rows,
         )

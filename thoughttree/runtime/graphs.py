@@ -83,7 +83,8 @@ class DecodeArena:
 
     def __init__(
         self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
-        *, attention: str, merge_block: int, side_by_side: bool = True, graphs: bool, max_graph_rows: int,
+        *, attention: str, merge_block: int, side_by_side: bool = True, early_merge: bool = True, graphs: bool,
+        max_graph_rows: int,
     ) -> None:
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
@@ -117,7 +118,7 @@ class DecodeArena:
             merge_offsets=offsets, merge_rows=rows_,
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
-            classes=tuple(classes), merge_block=merge_block, side_by_side=side_by_side,
+            classes=tuple(classes), merge_block=merge_block, side_by_side=side_by_side, early_merge=early_merge,
             own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
         )
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
