@@ -264,4 +264,5 @@ class DecodeArena:
         return self.pool.k[layer], self.pool.v[layer]
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        return run_work(q, self.pool.k[layer], self.pool.v[layer], self.work)
+        # The model calls this right after rope_store, which writes q and the new keys.
+        return run_work(q, self.pool.k[layer], self.pool.v[layer], self.work, behind_kernel=True)
