@@ -10,8 +10,7 @@ import torch
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
-from thoughttree.kernels.deft import _launch_partials, deft_work, run_work
-from thoughttree.kernels.fused import rope_store as store_and_rotate
+from thoughttree.kernels.deft import _launch_partials, deft_work
 from thoughttree.kernels.workplan import TILE_NEEDS, programs_per_sm
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
@@ -118,48 +117,6 @@ def test_early_merge_equals_the_merge_after_the_partials(config: WorkConfig) -> 
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, deft_tree_attention(q, k, v, plan, config=late))
-
-
-@pytest.mark.parametrize("config", [WorkConfig(), WorkConfig(fold_own=0)])
-def test_partials_launched_behind_the_rotary_store_read_what_it_wrote(config: WorkConfig) -> None:
-    # A decode step: rope_store writes q and each of 24 branches' newest key, then the partial
-    # launch starts behind it (behind_kernel) and the merge behind that. Each branch's newest key
-    # is read by its merge before the merge waits (default) or by a partial item after the
-    # partial launch waits (fold_own=0). Fresh inputs every round, eager and in a graph: a read
-    # that came before the store finished would see the last round's values.
-    parents, lengths = [-1] + [0] * 24, [3000] + [1] * 24
-    _, k, v, plan = build(parents, lengths, list(range(1, 25)), None, h_q=32, h_kv=8, d=128, page_size=16,
-                          dtype=torch.bfloat16, device="cuda")
-    work = deft_work(plan, 32, 8, 128, config)
-    new_slots = torch.as_tensor(plan.slots[-24:], device="cuda")  # each leaf's one token
-    positions = torch.full((24,), 3000, device="cuda")
-    inv_freq = 1.0 / 10000 ** (torch.arange(0, 128, 2, device="cuda").float() / 128)
-    raw = [torch.empty(24, h, 128, device="cuda", dtype=torch.bfloat16) for h in (32, 8, 8)]
-
-    def step(behind: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        q_rot = store_and_rotate(*raw, positions, inv_freq, k, v, new_slots)
-        return q_rot, run_work(q_rot, k, v, work, behind_kernel=behind)
-
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(True)  # warm-up off the capture stream
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        _, captured = step(True)
-    for i in range(4):
-        for x in raw:
-            x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(i)).to(x))
-        if i % 2:
-            graph.replay()
-            got = captured.clone()
-        else:
-            got = step(True)[1]
-        torch.cuda.synchronize()
-        q_rot, want = step(False)
-        assert torch.equal(got, want)
-        assert_close_to_reference(want, q_rot, k, v, plan)
 
 
 def test_tile_needs_match_the_compiled_kernels() -> None:

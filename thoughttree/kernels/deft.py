@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .plan import TreePlan
-from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, dependent_launch, sequence_work, tree_work
+from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 
@@ -71,9 +71,9 @@ def _partial_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr,
-    PREFETCH: tl.constexpr, EARLY: tl.constexpr, WAIT: tl.constexpr,
+    PREFETCH: tl.constexpr, EARLY: tl.constexpr,
 ):
-    if EARLY and not WAIT:  # the merge may launch once every program here has started
+    if EARLY:  # the merge may launch once every program here has started; it waits for the end
         tl.extra.cuda.gdc_launch_dependents()
     item = ITEMS + (first_item + tl.program_id(0)) * NFIELDS
     h = tl.program_id(1)
@@ -97,10 +97,6 @@ def _partial_kernel(
     lim = tl.where(qnode == node, tl.minimum(qvis - t0, kv_len), kv_len)
     lim = tl.where(row_ok, lim, 0)
     end = tl.max(lim, axis=0)
-    if WAIT:  # launched early behind the kernel that writes q and the new keys: wait for it
-        tl.extra.cuda.gdc_wait()
-        if EARLY:  # after the wait, so the merge never reads keys that kernel still writes
-            tl.extra.cuda.gdc_launch_dependents()
 
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < D
@@ -271,6 +267,13 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
 
 
 @functools.cache
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether ``device`` launches a kernel early behind another (programmatic dependent
+    launch: CUDA GPUs of compute capability 9.0 on)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@functools.cache
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
     """A second stream per device for partial launches of another tile class."""
     return torch.cuda.Stream(device)
@@ -278,11 +281,10 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _launch_partials(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, tc: TileClass, scale: float,
-    page_size: int, group: int, d: int, d_pad: int, flat: bool, early: bool = False, wait: bool = False,
+    page_size: int, group: int, d: int, d_pad: int, flat: bool, early: bool = False,
 ) -> object:
     """One partial launch: the items of tile class ``tc``, every KV head, on the current stream;
-    ``early``: the merge after it is launched early (see :class:`WorkConfig`); ``wait``: this
-    launch starts early behind the kernel before it and waits for it before reading q, K and V.
+    ``early``: the merge after it is launched early (see :class:`WorkConfig`).
 
     Returns Triton's compiled kernel (its metadata holds the shared memory and registers it takes).
     """
@@ -294,21 +296,16 @@ def _launch_partials(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1, EARLY=early, WAIT=wait,
-        num_warps=tc.num_warps, num_stages=tc.num_stages, **({"launch_pdl": True} if wait else {}),
+        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1, EARLY=early,
+        num_warps=tc.num_warps, num_stages=tc.num_stages,
     )
 
 
 def run_work(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, sm_scale: float | None = None,
-    merge: bool = True, behind_kernel: bool = False,
+    merge: bool = True,
 ) -> torch.Tensor:
     """Launch the partial kernels over ``work``, then the merge (``merge=False`` stops before it, for timing).
-
-    ``behind_kernel``: the last thing on the stream before this call is a kernel (not a copy)
-    that writes q and the new keys but not the work's metadata, such as :func:`fused.rope_store`;
-    on GPUs with programmatic dependent launch the first partial launch then starts while that
-    kernel finishes, and waits for it before it reads q, K and V.
 
     Shapes as :func:`deft_tree_attention`; the merge runs one program per row of q, so q may
     have padding rows past the work's queries (their merge lists are empty: output zero).
@@ -329,13 +326,12 @@ def run_work(
     side = _side_stream(q.device) if main is not None and work.side_by_side and len(work.classes) > 1 else None
     # The merge launches early only right behind one partial launch on its own stream: with
     # nothing before it but the step's other kernels, it would read keys they still write.
-    early = merge and work.early_merge and side is None and bool(work.classes) and dependent_launch(q.device)
-    behind = behind_kernel and side is None and dependent_launch(q.device)
+    early = merge and work.early_merge and side is None and bool(work.classes) and _dependent_launch(q.device)
     if side is not None:
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     for i, tc in enumerate(work.classes):
         with torch.cuda.stream(side) if side is not None and i > 0 else contextlib.nullcontext():
-            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, early, behind and i == 0)
+            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, early)
     if side is not None:
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:

@@ -13,8 +13,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .workplan import dependent_launch
-
 
 @triton.jit
 def _add_rms_norm_kernel(
@@ -82,10 +80,7 @@ def _rope_store_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_cp, stride_cs, stride_ch, stride_dp, stride_ds, stride_dh,
     HQ: tl.constexpr, HKV: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    TRIGGER: tl.constexpr,
 ):
-    if TRIGGER:  # a partial launch behind this one may start now (it waits for this kernel's end)
-        tl.extra.cuda.gdc_launch_dependents()
     # Program (t, b) takes HEADS heads of token t: query heads first, then key heads (stored with
     # their values). A token's angles are computed once per block of heads, not once per head.
     t = tl.program_id(0).to(tl.int64)
@@ -163,8 +158,7 @@ def rope_store(
             q_out.stride(0), q_out.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            HQ=hq, HKV=hkv, HEADS=heads, HALF=d // 2, HALF_PAD=triton.next_power_of_2(d // 2),
-            TRIGGER=dependent_launch(q.device), num_warps=1,
+            HQ=hq, HKV=hkv, HEADS=heads, HALF=d // 2, HALF_PAD=triton.next_power_of_2(d // 2), num_warps=1,
         )
     return q_out
 

@@ -192,13 +192,6 @@ def _shape_arrays(group: int, head_dim: int, max_block_m: int | None, tiles: tup
     return shapes, bm_of, bn_of
 
 
-@functools.cache
-def dependent_launch(device: torch.device) -> bool:
-    """Whether ``device`` can launch a kernel early behind the one before it (programmatic
-    dependent launch: CUDA GPUs of compute capability 9.0 on)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
 def _sequence_tiles(head_dim: int) -> tuple[tuple[int, int, int, int], ...] | None:
     """Per-sequence items are whole paths, long and one query each: 64-key tiles at three stages
     measured fastest for them on an H200 (the 32-key, five-stage tiles the DeFT planner gives

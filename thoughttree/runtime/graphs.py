@@ -264,5 +264,4 @@ class DecodeArena:
         return self.pool.k[layer], self.pool.v[layer]
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        # The model calls this right after rope_store, which writes q and the new keys.
-        return run_work(q, self.pool.k[layer], self.pool.v[layer], self.work, behind_kernel=True)
+        return run_work(q, self.pool.k[layer], self.pool.v[layer], self.work)
