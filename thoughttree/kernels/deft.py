@@ -5,8 +5,10 @@ read once and multiplied, on tensor cores, against all query rows of the item at
 query heads that share the KV head packed as consecutive rows (rows = queries x G). It writes a
 normalised partial output and its log2-sum-exp per row. Kernel 2 (:func:`_merge_kernel`), one
 program per (query, KV head), combines a query's partials along its path in a fixed order: no
-atomics, deterministic; it then reads the query's own short ranges of keys itself (its short
-nodes, a decode tail), so they need no partial launch. Work items and workspaces come from
+atomics, deterministic; it also reads the query's own short ranges of keys itself (its short
+nodes, a decode tail), so they need no partial launch. It reads them first: on GPUs with
+programmatic dependent launch it starts while the partial launch finishes and waits for the
+partials only after them (``WorkConfig.early_merge``). Work items and workspaces come from
 :mod:`workplan` and are cached on the plan, so a call allocates only its output.
 """
 
