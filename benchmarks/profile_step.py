@@ -118,6 +118,9 @@ SWEEP = (
     WorkConfig(max_block_m=16, min_chunk=32),
     WorkConfig(waves=2.0),
     WorkConfig(waves=4.0, min_chunk=64),
+    WorkConfig(early_merge=False),
+    # The 64-row class's tile (block_m, block_n, warps, stages), the other two as shipped.
+    *(WorkConfig(tiles=((16, 32, 4, 5), t, (128, 64, 8, 5))) for t in ((64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (64, 32, 4, 5), (64, 64, 8, 4))),
 )
 
 
