@@ -63,7 +63,10 @@ def main() -> None:
     p.add_argument("--branches", type=int, default=8)
     p.add_argument("--attention", default="deft")
     p.add_argument("--sweep", action="store_true", help="also time the step under other decode work sizings")
+    p.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's preferred BLAS library for the projections (default: torch's)")
     args = p.parse_args()
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
     console = Console(width=160)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
