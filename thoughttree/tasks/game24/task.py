@@ -15,7 +15,7 @@ instruction-tuned models (each completion lists several steps; values are sample
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Hashable, Sequence
 
