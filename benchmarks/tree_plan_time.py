@@ -5,6 +5,11 @@
 For each of the ten workloads of tree_attention.py: the median wall time of
 ``plan_tree_attention`` alone, of it plus the DeFT host work items (all numpy), and of the whole
 step as the runtime pays it (plan, work items, upload of the metadata and workspaces, waited for).
+
+Plan time is set by the host as much as by the code (GPU machines of one kind read up to 2x
+apart), so the run also times a fixed host probe: 100 small numpy operations of the kind a plan
+is made of (sorts, searches, gathers, cumulative sums, elementwise arithmetic on a few hundred
+elements). The last column is the whole step in units of the probe, comparable across hosts.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import sys
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
@@ -42,6 +48,33 @@ def median_ms(fn: Callable[[], object], reps: int, device: torch.device) -> str:
     return f"{statistics.median(times) * 1e3:.3f} / {min(times) * 1e3:.3f}"
 
 
+def host_probe(reps: int) -> tuple[float, float]:
+    """(median, fastest) µs of 100 small numpy operations on a few hundred elements."""
+    rng = np.random.default_rng(0)
+    ids, weights = rng.integers(0, 4096, 257), rng.random(257)
+
+    def batch() -> None:
+        for _ in range(10):
+            order = np.argsort(ids, kind="stable")
+            keys = ids[order]
+            pos = np.searchsorted(keys, ids)
+            total = np.cumsum(weights)
+            scaled = np.ceil(total / (pos + 1)) * 2.0
+            counts = np.bincount(pos % 7, weights=scaled, minlength=7)
+            np.maximum(counts[pos % 7], 1.0)
+            np.repeat(order[:16], 3)
+            np.concatenate([keys, pos])
+
+    for _ in range(3):
+        batch()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        batch()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6, min(times) * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -51,16 +84,19 @@ def main() -> int:
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device here; pass --device cpu")
     cfg = WorkConfig(num_sms=torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 132)
-    table = Table(title=f"plan time per step on {args.device} (ms, median / fastest of {args.reps})")
-    for c in ("workload", "plan_tree_attention", "+ host work (numpy)", "+ upload (whole step)"):
+    probe, probe_fast = host_probe(args.reps)
+    table = Table(title=f"plan time per step on {args.device} (ms, median / fastest of {args.reps}); "
+                        f"host probe {probe:.0f} / {probe_fast:.0f} µs")
+    for c in ("workload", "plan_tree_attention", "+ host work (numpy)", "+ upload (whole step)", "whole step ÷ probe"):
         table.add_column(c, justify="left" if c == "workload" else "right")
     for w in WORKLOADS:
         slots, _ = node_slot_arrays(w)
         plan_only = median_ms(lambda: make_plan(w, slots, dev), args.reps, dev)
         host = median_ms(lambda: tree_host_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
         step = median_ms(lambda: tree_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
-        table.add_row(w.name, plan_only, host, step)
-    Console(width=150).print(table)
+        ratio = " / ".join(f"{float(x) * 1e3 / p:.1f}" for x, p in zip(step.split(" / "), (probe, probe_fast)))
+        table.add_row(w.name, plan_only, host, step, ratio)
+    Console(width=170).print(table)
     return 0
 
 
