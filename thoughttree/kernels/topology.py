@@ -68,8 +68,9 @@ def preorder(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pre, size
 
 
-def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+def concat_ranges(starts: np.ndarray | int, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop (``starts``
+    may be one number for all)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
     total = int(ends[-1]) if len(ends) else 0

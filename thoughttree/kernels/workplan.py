@@ -11,6 +11,7 @@ own path and splits it (flash decoding), sharing nothing. Both are vectorised nu
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -284,22 +285,30 @@ def _round_chunks(
     Returns [N] keys per chunk.
     """
     slots, key_ns = model
-    k = len(slots)
-    per_slot = np.bincount(cls, weights=work, minlength=k) * num_kv_heads / slots
+    by_class = _scaled_eye(len(slots), num_kv_heads)[cls]  # [N, K]: a node's class, times the KV heads
     cost, fewest, align = chunk_args
-    chunks = _chunk_sizes(cost, fewest, lengths, per_slot[cls] / _column(rounds), align, np.floor)  # [R, N]
-    onehot = (cls[:, None] == np.arange(k)).astype(np.float64)  # [N, K]
-    items = (np.ceil(lengths / chunks) * blocks) @ onehot * num_kv_heads  # [R, K]
-    per_item = (lengths * blocks) @ onehot * num_kv_heads / np.maximum(items, 1)  # keys per item
-    key_bytes = 4 * head_dim  # K and V of one head, 2-byte elements
+    chunks = _chunk_sizes(cost, fewest, lengths, (work @ by_class / slots)[cls] / _column(rounds), align, np.floor)  # [R, N]
+    items = (np.ceil(lengths / chunks) * blocks) @ by_class  # [R, K]
+    per_item = (lengths * blocks) @ by_class / np.maximum(items, 1)  # keys per item
     full, rest = np.divmod(items, slots)
-
-    def round_ns(programs: np.ndarray) -> np.ndarray:
-        return np.maximum(per_item * key_ns, programs * per_item * key_bytes / BANDWIDTH) + START_NS
-
-    span = full * round_ns(slots) + np.where(rest > 0, round_ns(rest), 0.0) + items * block_m * head_dim * 8 / BANDWIDTH
+    # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
+    # copy rate) each, plus a start-up.
+    key_bytes = 4 * head_dim / BANDWIDTH  # ns per key of one head's K and V (2-byte elements) at the copy rate
+    span = (
+        full * (per_item * np.maximum(key_ns, slots * key_bytes) + START_NS)
+        + (rest > 0) * (per_item * np.maximum(key_ns, rest * key_bytes) + START_NS)
+        + items * (block_m * head_dim * 8 / BANDWIDTH)
+    )
     best = np.argmin(span, axis=0)  # the first minimum: the fewest rounds
     return chunks[best[cls], np.arange(len(cls))]
+
+
+@functools.cache
+def _scaled_eye(k: int, scale: float) -> np.ndarray:
+    """A read-only [k, k] identity times ``scale`` (rows picked by class give one-hot rows)."""
+    out = np.eye(k) * scale
+    out.flags.writeable = False
+    return out
 
 
 def _fewer_launches(
@@ -403,14 +412,14 @@ def layout(
 ALIGN = 4  # int32 entries: each uploaded array starts 16-byte aligned
 
 
-def aligned_starts(sizes: list[int]) -> np.ndarray:
+def aligned_starts(sizes: list[int]) -> list[int]:
     """Offsets (in int32 entries) of arrays of these sizes laid out back to back, each starting
     on a 16-byte boundary, and the total as the last entry.
 
     Triton specialises a kernel on whether each pointer is 16-byte aligned: views into one
     buffer at arbitrary offsets would compile a new variant whenever a size before them changes.
     """
-    return np.cumsum([0] + [-(-n // ALIGN) * ALIGN for n in sizes])
+    return list(itertools.accumulate((-(-n // ALIGN) * ALIGN for n in sizes), initial=0))
 
 
 def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -422,9 +431,9 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
     """
     sizes = [a.size for a in arrays]
     starts = aligned_starts(sizes)
-    pad = np.zeros(ALIGN, dtype=np.int64)  # each array's zero padding up to the next start
-    parts = [x for a, gap in zip(arrays, np.diff(starts)) for x in (a.reshape(-1), pad[: gap - a.size])]
-    flat = np.concatenate(parts) if parts else pad[:0]
+    flat = np.zeros(starts[-1], dtype=np.int64)  # zero padding between the arrays
+    for a, start, n in zip(arrays, starts, sizes):
+        flat[start : start + n] = a.reshape(-1)
     if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
         raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
     if device.type != "cuda":
@@ -433,7 +442,7 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
         host = torch.empty(flat.size, dtype=torch.int32, pin_memory=True)
         np.copyto(host.numpy(), flat, casting="unsafe")
         dev = host.to(device, non_blocking=True)
-    return [dev[start : start + n] for start, n in zip(starts, sizes)]
+    return [dev.as_strided((n,), (1,), start) for start, n in zip(starts, sizes)]
 
 
 def upload(
@@ -520,7 +529,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     nchunks = -(-lengths[nodes] // chunk)
     # One row per chunk.
     c_node = np.repeat(nodes, nchunks)
-    c_idx = concat_ranges(np.zeros(len(nodes), dtype=np.int64), nchunks)
+    c_idx = concat_ranges(0, nchunks)
     c_size, c_cls, c_per = (np.repeat(a, nchunks) for a in (chunk, cls, per_block))
     t0 = c_idx * c_size
     t1 = np.minimum(t0 + c_size, lengths[c_node])
@@ -529,7 +538,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     c_blocks = -(-(q_end - q_first) // c_per)
     # One row per item: a chunk times a block of the queries below it.
     i_chunk = np.repeat(np.arange(len(c_node)), c_blocks)
-    i_block = concat_ranges(np.zeros(len(c_node), dtype=np.int64), c_blocks)
+    i_block = concat_ranges(0, c_blocks)
     i_qstart = q_first[i_chunk] + i_block * c_per[i_chunk]
     items = np.stack(
         [
@@ -576,7 +585,7 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     own_len = np.where(folded, 0, own_len)
     pieces = -(-own_len // OWN_PIECE)
     who = np.repeat(np.arange(q), pieces)
-    start = concat_ranges(np.zeros(q, dtype=np.int64), pieces) * OWN_PIECE
+    start = concat_ranges(0, pieces) * OWN_PIECE
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
     items = np.stack(
@@ -610,7 +619,7 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
     chunk = _chunk_sizes(np.full(nq, cost), np.full(nq, max(bn, cfg.min_chunk or bn)), lengths, target, np.full(nq, bn))
     nsplits = -(-lengths // chunk)
     q = np.repeat(np.arange(nq), nsplits)
-    t0 = concat_ranges(np.zeros(nq, dtype=np.int64), nsplits) * chunk[q]
+    t0 = concat_ranges(0, nsplits) * chunk[q]
     items = np.stack(
         [
             offsets[q] + t0,
