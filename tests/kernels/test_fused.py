@@ -135,7 +135,7 @@ def test_decode_work_equals_the_tree_with_tails_as_nodes(kind: str, share: bool,
     work = decode_work(shared, node_slots[len(lengths):], tail_cap, h_q, h_kv, d,
                        WorkConfig(waves=4.0, num_sms=16, min_chunk=16), share=share)
     q = torch.randn(len(q_nodes), h_q, d, generator=torch.Generator().manual_seed(2)).to(DEV, dtype)
-    out = run_work(q, k, v, upload(work.host, torch.device(DEV), h_q, d, 1))
+    out = run_work(q, k, v, upload(work.host, torch.device(DEV), h_q, d, WorkConfig(merge_block=1)))
     full = plan_tree_attention(
         parents + q_nodes, node_slots, list(range(len(parents), len(parents) + len(q_nodes))),
         page_size=page_size, device=DEV,

@@ -445,12 +445,9 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
     return [dev.as_strided((n,), (1,), start) for start, n in zip(starts, sizes)]
 
 
-def upload(
-    host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, merge_block: int, side_by_side: bool = True,
-    own_block: int | None = None, early_merge: bool = True,
-) -> WorkPlan:
-    """Device copy of ``host`` with its partial workspaces; ``own_block`` None chooses it (see
-    :class:`WorkConfig`)."""
+def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
+    """Device copy of ``host`` with its partial workspaces, launched as ``cfg`` says (merge block,
+    side by side, own-key block, early merge)."""
     folds = bool(host.own_len.any())
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
     dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
@@ -472,13 +469,13 @@ def upload(
         partial_o=torch.empty(host.num_partials, num_q_heads, head_dim, dtype=torch.float32, device=device),
         partial_lse=torch.empty(host.num_partials, num_q_heads, dtype=torch.float32, device=device),
         classes=tuple(classes),
-        merge_block=merge_block,
+        merge_block=cfg.merge_block,
         own_start=dev[7] if folds else None,
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
-        side_by_side=side_by_side,
-        own_block=own_block or (OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
-        early_merge=early_merge,
+        side_by_side=cfg.side_by_side,
+        own_block=cfg.own_block or (OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
+        early_merge=cfg.early_merge,
     )
 
 
@@ -639,10 +636,10 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`tree_host_work`, uploaded to the plan's device with its workspaces."""
     host = tree_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
-    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block, cfg.early_merge)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg)
 
 
 def sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """:func:`sequence_host_work`, uploaded to the plan's device with its workspaces."""
     host = sequence_host_work(plan, num_q_heads, num_kv_heads, head_dim, cfg)
-    return upload(host, plan.device, num_q_heads, head_dim, cfg.merge_block, cfg.side_by_side, cfg.own_block, cfg.early_merge)
+    return upload(host, plan.device, num_q_heads, head_dim, cfg)

@@ -182,8 +182,7 @@ class Engine:
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
-            self.model, self.kv.pool, cap, shapes, attention=self.attention, merge_block=cfg.merge_block, side_by_side=cfg.side_by_side,
-            early_merge=cfg.early_merge,
+            self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
             max_graph_rows=self.runtime.graph_max_rows,
         )

@@ -25,7 +25,7 @@ import torch
 from ..kernels.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
-from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan, aligned_starts
+from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
 from .kv_pool import KVPool
 from .model import Transformer
 
@@ -83,8 +83,7 @@ class DecodeArena:
 
     def __init__(
         self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
-        *, attention: str, merge_block: int, side_by_side: bool = True, early_merge: bool = True, graphs: bool,
-        max_graph_rows: int,
+        *, attention: str, config: WorkConfig, graphs: bool, max_graph_rows: int,
     ) -> None:
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
@@ -118,7 +117,8 @@ class DecodeArena:
             merge_offsets=offsets, merge_rows=rows_,
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
-            classes=tuple(classes), merge_block=merge_block, side_by_side=side_by_side, early_merge=early_merge,
+            classes=tuple(classes), merge_block=config.merge_block, side_by_side=config.side_by_side,
+            early_merge=config.early_merge,
             own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
         )
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
