@@ -34,8 +34,8 @@ from thoughttree.kernels import WorkConfig  # noqa: E402
 from thoughttree.kernels.workplan import tree_host_work, tree_work  # noqa: E402
 
 
-def median_ms(fn: Callable[[], object], reps: int, device: torch.device) -> str:
-    """"median / fastest" of ``reps`` waited-for calls in ms (the fastest shows the cost without other load)."""
+def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[float, float]:
+    """(median, fastest) seconds of ``reps`` waited-for calls (the fastest shows the cost without other load)."""
     for _ in range(3):
         fn()
     times = []
@@ -45,11 +45,15 @@ def median_ms(fn: Callable[[], object], reps: int, device: torch.device) -> str:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
-    return f"{statistics.median(times) * 1e3:.3f} / {min(times) * 1e3:.3f}"
+    return statistics.median(times), min(times)
+
+
+def ms(times: tuple[float, float]) -> str:
+    return " / ".join(f"{t * 1e3:.3f}" for t in times)
 
 
 def host_probe(reps: int) -> tuple[float, float]:
-    """(median, fastest) µs of 100 small numpy operations on a few hundred elements."""
+    """(median, fastest) seconds of 100 small numpy operations on a few hundred elements."""
     rng = np.random.default_rng(0)
     ids, weights = rng.integers(0, 4096, 257), rng.random(257)
 
@@ -65,14 +69,7 @@ def host_probe(reps: int) -> tuple[float, float]:
             np.repeat(order[:16], 3)
             np.concatenate([keys, pos])
 
-    for _ in range(3):
-        batch()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        batch()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e6, min(times) * 1e6
+    return timed(batch, reps, torch.device("cpu"))
 
 
 def main() -> int:
@@ -84,18 +81,18 @@ def main() -> int:
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device here; pass --device cpu")
     cfg = WorkConfig(num_sms=torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 132)
-    probe, probe_fast = host_probe(args.reps)
+    probe = host_probe(args.reps)
     table = Table(title=f"plan time per step on {args.device} (ms, median / fastest of {args.reps}); "
-                        f"host probe {probe:.0f} / {probe_fast:.0f} µs")
+                        f"host probe {probe[0] * 1e6:.0f} / {probe[1] * 1e6:.0f} µs")
     for c in ("workload", "plan_tree_attention", "+ host work (numpy)", "+ upload (whole step)", "whole step ÷ probe"):
         table.add_column(c, justify="left" if c == "workload" else "right")
     for w in WORKLOADS:
         slots, _ = node_slot_arrays(w)
-        plan_only = median_ms(lambda: make_plan(w, slots, dev), args.reps, dev)
-        host = median_ms(lambda: tree_host_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
-        step = median_ms(lambda: tree_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
-        ratio = " / ".join(f"{float(x) * 1e3 / p:.1f}" for x, p in zip(step.split(" / "), (probe, probe_fast)))
-        table.add_row(w.name, plan_only, host, step, ratio)
+        plan_only = timed(lambda: make_plan(w, slots, dev), args.reps, dev)
+        host = timed(lambda: tree_host_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
+        step = timed(lambda: tree_work(make_plan(w, slots, dev), H_Q, H_KV, HEAD_DIM, cfg), args.reps, dev)
+        ratio = " / ".join(f"{t / p:.1f}" for t, p in zip(step, probe))
+        table.add_row(w.name, ms(plan_only), ms(host), ms(step), ratio)
     Console(width=170).print(table)
     return 0
 
