@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
-from thoughttree.kernels.topology import concat_ranges, path_sums, preorder
+from thoughttree.kernels.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
 from thoughttree.kernels.workplan import OWN_BLOCKS, SM_LIMITS, WorkConfig, _tile_shapes, programs_per_sm, tree_host_work, tree_work, upload_int32
 
 
@@ -60,6 +60,8 @@ def test_preorder_path_sums_and_subtrees_match_a_walk(draws: list[int], seed: in
     order = _dfs_order(parents)
     pre, size = preorder(par)
     assert [int(x) for x in np.argsort(pre)] == order
+    for way in (_preorder_by_walk, _preorder_by_jumping):  # small trees walk, large ones jump
+        assert all(np.array_equal(a, b) for a, b in zip(way(par), (pre, size)))
     for i in range(len(par)):
         subtree = order[pre[i] : pre[i] + size[i]]
         node, path_total = i, 0
@@ -78,6 +80,17 @@ def test_preorder_of_stars_and_near_stars_matches_a_walk(parents: list[int]) -> 
     order = _dfs_order(parents)
     assert [int(x) for x in np.argsort(pre)] == order
     assert size.tolist() == [sum(i in _ancestors(parents, j) for j in range(len(parents))) for i in range(len(parents))]
+
+
+@pytest.mark.parametrize("span", [3, 40, 2000])
+def test_preorder_of_a_tree_too_large_to_walk_matches_a_walk(span: int) -> None:
+    # Past WALK_NODES nodes the preorder takes pointer jumping; deep (span 3) and shallow trees.
+    rng = np.random.default_rng(span)
+    n = 3 * WALK_NODES
+    parents = [-1] + [int(rng.integers(max(0, i - span), i)) for i in range(1, n)]
+    pre, size = preorder(np.array(parents))
+    assert [int(x) for x in np.argsort(pre)] == _dfs_order(parents)
+    assert all(np.array_equal(a, b) for a, b in zip(_preorder_by_walk(np.array(parents)), (pre, size)))
 
 
 def _ancestors(parents: list[int], node: int) -> set[int]:

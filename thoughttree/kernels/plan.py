@@ -59,11 +59,6 @@ class TreePlan:
         return np.diff(self.node_offsets)
 
     @cached_property
-    def depth(self) -> np.ndarray:
-        """[N] nodes on the path from the root to each node (a root has depth 1)."""
-        return path_sums(self.parents, np.ones(self.num_nodes, dtype=np.int64))
-
-    @cached_property
     def preorder(self) -> tuple[np.ndarray, np.ndarray]:
         """([N] depth-first position of each node, [N] subtree sizes); see :func:`topology.preorder`."""
         return preorder(self.parents)

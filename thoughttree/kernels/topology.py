@@ -3,7 +3,8 @@
 Every function takes ``parents`` ([N] int64, -1 for a root, a parent before its children) and
 works by pointer jumping: each round doubles the ancestor distance it covers, so a tree of depth
 ``d`` costs ``ceil(log2(d + 1))`` rounds of whole-array numpy operations instead of a Python loop
-over nodes.
+over nodes. A preorder of a small tree is the exception: a loop over its few hundred nodes is
+cheaper than the rounds' fixed costs.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def subtree_sums(parents: np.ndarray, values: np.ndarray) -> np.ndarray:
         jump = np.where(has, jump[jump], -1)
 
 
+WALK_NODES = 512  # up to this many nodes a preorder is one pass over a Python list: faster than numpy rounds
+
+
 def preorder(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth-first preorder position of each node (children by id) and its subtree size.
 
@@ -53,6 +57,33 @@ def preorder(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         size = np.ones(n, dtype=np.int64)
         size[0] = n
         return np.arange(n, dtype=np.int64), size
+    return _preorder_by_walk(parents) if n <= WALK_NODES else _preorder_by_jumping(parents)
+
+
+def _preorder_by_walk(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`preorder` by two passes over the nodes: about 0.3 µs a node, against tens of µs
+    per pointer-jumping round, so it wins on trees of up to a few hundred nodes."""
+    par = parents.tolist()
+    size = [1] * len(par)
+    for i in range(len(par) - 1, 0, -1):  # children come after their parent: sizes bottom up
+        if par[i] >= 0:
+            size[par[i]] += size[i]
+    pre = [0] * len(par)
+    free = [0] * len(par)  # next free position inside each node's subtree
+    roots = 0
+    for i, p in enumerate(par):  # children by id, each after its earlier siblings' subtrees
+        if p < 0:
+            pre[i], roots = roots, roots + size[i]
+        else:
+            pre[i] = free[p]
+            free[p] += size[i]
+        free[i] = pre[i] + 1
+    return np.array(pre, dtype=np.int64), np.array(size, dtype=np.int64)
+
+
+def _preorder_by_jumping(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`preorder` by pointer jumping: rounds of whole-array operations, for large trees."""
+    n = len(parents)
     size = subtree_sums(parents, np.ones(n, dtype=np.int64))
     # Siblings grouped by parent, ids ascending inside a group (stable sort keeps id order).
     order = np.argsort(parents, kind="stable")
