@@ -198,6 +198,32 @@ def test_work_sizing_keeps_memory_bound_launches_in_one_round() -> None:
     assert _class_items(*star, WorkConfig(num_sms=132))[16] == (400, 400)
 
 
+def _launch_rows(parents: list[int], lengths: list[int], queries: list[int], cfg: WorkConfig) -> list[int]:
+    """Tile rows of each partial launch, in launch order, of a plan with 32 query and 8 KV heads."""
+    slots = np.split(np.arange(sum(lengths)), np.cumsum(lengths)[:-1])
+    plan = plan_tree_attention(np.array(parents), slots, np.array(queries), page_size=16, device="cpu")
+    host = tree_host_work(plan, 32, 8, 128, cfg)
+    work = tree_work(plan, 32, 8, 128, cfg)
+    assert sorted(host.launch_order) == list(range(len(host.shapes)))
+    for c in work.classes:  # each launch holds exactly the items of its class
+        shape = (c.block_m, c.block_n, c.num_warps, c.num_stages)
+        assert (host.item_class[c.first_item : c.first_item + c.num_items] == host.shapes.index(shape)).all()
+    return [c.block_m for c in work.classes]
+
+
+def test_the_longest_launch_goes_first() -> None:
+    # Two tile classes of one call run side by side; the one the model expects to take longest
+    # starts first, so the other's programs fill the SMs it leaves. A 32k prompt's 128-row launch
+    # outlasts its 32 leaves' 16-row launch several times over; 50 leaves of 200 keys under a 4k
+    # prompt take longer than the prompt (memory-bound launches counted 1.8 times the model).
+    cfg = WorkConfig(num_sms=132)
+    assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), cfg) == [128, 16]
+    assert _launch_rows([-1] + [0] * 50, [20480] + [400] * 50, list(range(1, 51)), cfg) == [128, 16]
+    assert _launch_rows([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)), cfg) == [16, 128]
+    # Sized by waves there is no launch model: classes go narrowest first.
+    assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), WorkConfig(num_sms=132, waves=2.0)) == [16, 128]
+
+
 def test_programs_per_sm_follow_shared_memory_and_registers() -> None:
     shapes = _tile_shapes(4, 128)
     # On an H200: five 16-row programs fit an SM, two 64-row ones (by shared memory and by

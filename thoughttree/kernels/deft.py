@@ -309,6 +309,9 @@ def run_work(
 ) -> torch.Tensor:
     """Launch the partial kernels over ``work``, then the merge (``merge=False`` stops before it, for timing).
 
+    The tile classes launch in the plan's order (the longest launch first): the first on the
+    current stream, the others, when ``work.side_by_side``, on a second stream beside it.
+
     Shapes as :func:`deft_tree_attention`; the merge runs one program per row of q, so q may
     have padding rows past the work's queries (their merge lists are empty: output zero).
     """
