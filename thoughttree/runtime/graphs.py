@@ -106,6 +106,8 @@ class DecodeArena:
         self.own_len = own_len.view(OWN_RANGES, r)
         self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
         self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
+        # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
+        # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
         classes, first = [], 0
         for (bm, bn, warps, stages), n in zip(shapes, cap.items):
             if n:
