@@ -298,14 +298,14 @@ def _round_chunks(
     full, rest = np.divmod(items, slots)
     # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
     # copy rate) each, plus a start-up.
-    key_bytes = 4 * head_dim / BANDWIDTH  # ns per key of one head's K and V (2-byte elements) at the copy rate
+    copy_ns = 4 * head_dim / BANDWIDTH  # ns per key of one head's K and V (2-byte elements) at the copy rate
     span = (
-        full * (per_item * np.maximum(key_ns, slots * key_bytes) + START_NS)
-        + (rest > 0) * (per_item * np.maximum(key_ns, rest * key_bytes) + START_NS)
+        full * (per_item * np.maximum(key_ns, slots * copy_ns) + START_NS)
+        + (rest > 0) * (per_item * np.maximum(key_ns, rest * copy_ns) + START_NS)
         + items * (block_m * head_dim * 8 / BANDWIDTH)
     )
     best = np.argmin(span, axis=0)  # the first minimum: the fewest rounds
-    launch_ns = span[best, np.arange(len(slots))] * np.where(slots * key_bytes > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0)
+    launch_ns = span[best, np.arange(len(slots))] * np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0)
     return chunks[best[cls], np.arange(len(cls))], launch_ns
 
 
