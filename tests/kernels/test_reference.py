@@ -62,7 +62,8 @@ def test_query_visible_gives_causal_prefill() -> None:
         (dict(parents=[-1], node_slots=[[0]], query_nodes=[1]), "query_nodes"),
         (dict(parents=[-1], node_slots=[[0]], query_nodes=[0], query_visible=[2]), "sees 2 tokens"),
         (dict(parents=[-1], node_slots=[[0]], query_nodes=[0], query_visible=[0]), "no token"),
-        (dict(parents=[-1], node_slots=[[-3]], query_nodes=[0]), "non-negative"),
+        (dict(parents=[-1], node_slots=[[-3]], query_nodes=[0]), r"slot ids must be in \[0, 2\^31\)"),
+        (dict(parents=[-1], node_slots=[[0, 2**31]], query_nodes=[0]), r"int32.*got \[0, 2147483648\]"),
     ],
 )
 def test_plan_rejects_bad_trees(kwargs: dict, message: str) -> None:

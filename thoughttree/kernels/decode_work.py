@@ -79,7 +79,7 @@ def decode_work(
         window[r, : len(t)] = t
     folded = tail_cap <= cfg.fold_own
     pieces = 0 if folded else -(-tail_cap // TAIL_PIECE)
-    rows = np.repeat(np.arange(q), pieces)
+    rows = np.arange(q).repeat(pieces)
     starts = np.tile(np.arange(pieces) * TAIL_PIECE, q)
     inv_perm = np.empty(q, dtype=np.int64)
     inv_perm[shared.q_perm] = np.arange(q)

@@ -56,7 +56,7 @@ class TreePlan:
 
     @cached_property
     def node_lengths(self) -> np.ndarray:
-        return np.diff(self.node_offsets)
+        return self.node_offsets[1:] - self.node_offsets[:-1]
 
     @cached_property
     def preorder(self) -> tuple[np.ndarray, np.ndarray]:
@@ -77,24 +77,25 @@ class TreePlan:
             # No chosen node has a child (a decode step's one-token leaves): a query's only chosen
             # node on its path is its own.
             counts = np.where(nodes[qn], self.query_visible, 0)
-            np.cumsum(counts, out=offsets[1:])
+            counts.cumsum(out=offsets[1:])
             return offsets, self.slots[concat_ranges(self.node_offsets[qn], counts)]
         pre, size = self.preorder
-        perm = np.argsort(pre[qn], kind="stable")
-        sorted_pre = pre[qn][perm]
+        qpre = pre[qn]
+        perm = qpre.argsort(kind="stable")
+        sorted_pre = qpre[perm]
         # The queries under node i are a contiguous run of the preorder-sorted queries.
-        lo = np.searchsorted(sorted_pre, pre, side="left")
-        hi = np.searchsorted(sorted_pre, pre + size, side="left")
+        lo = sorted_pre.searchsorted(pre, side="left")
+        hi = sorted_pre.searchsorted(pre + size, side="left")
         if nodes is not None:
             hi = np.where(nodes, hi, lo)
-        pair_node = np.repeat(np.arange(n), hi - lo)
+        pair_node = np.arange(n).repeat(hi - lo)
         pair_query = perm[concat_ranges(lo, hi - lo)]
         own = pair_node == qn[pair_query]
         pair_len = np.where(own, self.query_visible[pair_query], self.node_lengths[pair_node])
         order = np.lexsort((pre[pair_node], pair_query))  # root first: an ancestor precedes in preorder
         pair_node, pair_query, pair_len = pair_node[order], pair_query[order], pair_len[order]
         flat = self.slots[concat_ranges(self.node_offsets[pair_node], pair_len)]
-        np.cumsum(np.bincount(pair_query, weights=pair_len, minlength=self.num_queries).astype(np.int64), out=offsets[1:])
+        np.bincount(pair_query, weights=pair_len, minlength=self.num_queries).astype(np.int64).cumsum(out=offsets[1:])
         return offsets, flat
 
     @cached_property
@@ -183,15 +184,15 @@ def plan_tree_attention(
         raise ValueError(f"page_size must be positive, got {page_size}")
     par = _int_array(parents, "parents")
     n = len(par)
-    bad = np.nonzero((par < -1) | (par >= np.arange(n)))[0]
+    bad = ((par < -1) | (par >= np.arange(n))).nonzero()[0]
     if len(bad):
         i = int(bad[0])
         raise ValueError(f"node {i} has parent {int(par[i])}; a parent must be -1 or an earlier node (order nodes parents first)")
     lengths, slots = _flatten_slots(node_slots, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if len(slots) and slots.min() < 0:
-        raise ValueError("KV slot ids must be non-negative")
+    lengths.cumsum(out=offsets[1:])
+    if len(slots) and (slots.min() < 0 or slots.max() >= 2**31):
+        raise ValueError(f"KV slot ids must be in [0, 2^31) (the kernels index int32), got [{slots.min()}, {slots.max()}]")
     qn = _int_array(query_nodes, "query_nodes")
     if len(qn) and (qn.min() < 0 or qn.max() >= n):
         raise ValueError(f"query_nodes must index the {n} nodes; got values in [{qn.min()}, {qn.max()}]")
@@ -201,7 +202,7 @@ def plan_tree_attention(
         qv = _int_array(query_visible, "query_visible")
         if len(qv) != len(qn):
             raise ValueError(f"query_visible has {len(qv)} entries for {len(qn)} queries")
-        over = np.nonzero((qv < 0) | (qv > lengths[qn]))[0]
+        over = ((qv < 0) | (qv > lengths[qn])).nonzero()[0]
         if len(over):
             i = int(over[0])
             raise ValueError(
@@ -211,7 +212,7 @@ def plan_tree_attention(
     # some query sees none of its own node).
     empty = np.zeros(0, dtype=np.int64)
     if len(qv) and qv.min() == 0:
-        empty = np.nonzero(path_sums(par, lengths)[qn] - lengths[qn] + qv == 0)[0]
+        empty = (path_sums(par, lengths)[qn] - lengths[qn] + qv == 0).nonzero()[0]
     if len(empty):
         raise ValueError(f"query {int(empty[0])} would attend to no token; every query must see at least one")
     return TreePlan(

@@ -103,10 +103,10 @@ def concat_ranges(starts: np.ndarray | int, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop (``starts``
     may be one number for all)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    ends = np.cumsum(lengths)
+    ends = lengths.cumsum()
     total = int(ends[-1]) if len(ends) else 0
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+    shift = (np.asarray(starts, dtype=np.int64) - (ends - lengths)).repeat(lengths)
     shift += np.arange(total, dtype=np.int64)
     return shift

@@ -304,7 +304,7 @@ def _round_chunks(
         + (rest > 0) * (per_item * np.maximum(key_ns, rest * copy_ns) + START_NS)
         + items * (block_m * head_dim * 8 / BANDWIDTH)
     )
-    best = np.argmin(span, axis=0)  # the first minimum: the fewest rounds
+    best = span.argmin(axis=0)  # the first minimum: the fewest rounds
     launch_ns = span[best, np.arange(len(slots))] * np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0)
     return chunks[best[cls], np.arange(len(cls))], launch_ns
 
@@ -335,7 +335,7 @@ def _fewer_launches(
     if present.sum() < 2:
         return cls
     for c in range(len(slots) - 1, 0, -1):
-        narrower = np.nonzero(present[:c])[0]
+        narrower = present[:c].nonzero()[0]
         if not present[c] or not len(narrower):
             continue
         mine, into = cls == c, narrower[-1]
@@ -357,6 +357,15 @@ def _chunk_sizes(
     nchunks = np.maximum(1, rounding(lengths / want))
     size = np.ceil(np.ceil(lengths / nchunks) / align) * align  # equal chunks, tile-aligned
     return np.maximum(size, align).astype(np.int64)
+
+
+def _item_rows(count: int, *columns: np.ndarray | int) -> np.ndarray:
+    """[count, ITEM_FIELDS] items from their leading columns (arrays or one number for all); the
+    partial-row column and any left out are 0."""
+    items = np.zeros((count, ITEM_FIELDS), dtype=np.int64)
+    for i, column in enumerate(columns):
+        items[:, i] = column
+    return items
 
 
 @dataclass(frozen=True, eq=False)
@@ -405,14 +414,14 @@ def layout(
     ``own_start``/``own_len`` [OWN_RANGES, Q]: ranges the merge reads itself (default none);
     ``launch_order``: the classes' launch order (default: as in ``shapes``).
     """
-    order = np.argsort(item_class, kind="stable")
+    order = item_class.argsort(kind="stable")
     items, item_class = items[order], item_class[order]
     counts = items[:, 5]
-    items[:, 6] = np.cumsum(counts) - counts
+    items[:, 6] = counts.cumsum() - counts
     row_query = q_perm[concat_ranges(items[:, 4], counts)]  # original query of each partial row
-    merge_rows = np.argsort(row_query, kind="stable")  # item order inside a query: deterministic
+    merge_rows = row_query.argsort(kind="stable")  # item order inside a query: deterministic
     merge_offsets = np.zeros(num_queries + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_query, minlength=num_queries), out=merge_offsets[1:])
+    np.bincount(row_query, minlength=num_queries).cumsum(out=merge_offsets[1:])
     none = np.zeros((OWN_RANGES, num_queries), dtype=np.int64)
     return HostWork(slots, items, item_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes),
                     none if own_start is None else own_start, none if own_len is None else own_len,
@@ -435,24 +444,24 @@ def aligned_starts(sizes: list[int]) -> list[int]:
 def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
     """One host-to-device copy for all int32 metadata; returns views of it, each 16-byte aligned.
 
-    On CUDA the arrays are written straight into one pinned host buffer (PyTorch's caching host
-    allocator reuses it across steps) and copied without blocking, so the host does not wait for
-    the GPU's queued work before it returns.
+    The arrays hold ids and counts of a plan whose slot ids :func:`plan_tree_attention` has
+    checked to fit int32, and positions in arrays far shorter than 2^31: they are cast without a
+    check of their own. On CUDA they are written straight into one pinned host buffer (PyTorch's
+    caching host allocator reuses it across steps) and copied without blocking, so the host does
+    not wait for the GPU's queued work before it returns.
     """
     sizes = [a.size for a in arrays]
     starts = aligned_starts(sizes)
-    flat = np.zeros(starts[-1], dtype=np.int64)  # zero padding between the arrays
-    for a, start, n in zip(arrays, starts, sizes):
+    if starts[-1] >= 2**31:
+        raise ValueError(f"plan metadata of {starts[-1]} entries exceeds int32 indexing; split the step")
+    host = torch.empty(starts[-1], dtype=torch.int32, pin_memory=device.type == "cuda")
+    flat = host.numpy()
+    for a, start, n, end in zip(arrays, starts, sizes, starts[1:]):
         flat[start : start + n] = a.reshape(-1)
-    if flat.size and (flat.max() >= 2**31 or flat.min() < -(2**31)):
-        raise ValueError("plan metadata exceeds int32 (more than 2^31 slots or rows); split the step")
-    if device.type != "cuda":
-        dev = torch.from_numpy(flat.astype(np.int32)).to(device)
-    else:
-        host = torch.empty(flat.size, dtype=torch.int32, pin_memory=True)
-        np.copyto(host.numpy(), flat, casting="unsafe")
-        dev = host.to(device, non_blocking=True)
-    return [dev.as_strided((n,), (1,), start) for start, n in zip(starts, sizes)]
+        flat[start + n : end] = 0  # the padding up to the next array
+    dev = host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
+    pieces = [n for start, n, end in zip(starts, sizes, starts[1:]) for n in (n, end - start - n)]
+    return list(dev.split_with_sizes(pieces)[::2])  # one call for all views: each array, then its padding
 
 
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
@@ -462,7 +471,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
     dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
     dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = dev[:7]
-    bounds = np.searchsorted(host.item_class, np.arange(len(host.shapes) + 1)).tolist()  # items come by class
+    bounds = host.item_class.searchsorted(np.arange(len(host.shapes) + 1)).tolist()  # items come by class
     classes = [
         TileClass(*host.shapes[c], bounds[c], bounds[c + 1] - bounds[c])
         for c in host.launch_order
@@ -504,17 +513,17 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     # Queries sorted by (preorder of their node, visible count): a node's subtree is one run and
     # its own queries come first, fewest visible tokens first (so causal chunks skip a prefix).
     key = pre[qn] * big + qv
-    q_perm = np.argsort(key, kind="stable")
+    q_perm = key.argsort(kind="stable")
     skey = key[q_perm]
-    lo = np.searchsorted(skey, pre * big, side="left")
-    hi = np.searchsorted(skey, (pre + size) * big, side="left")
+    lo = skey.searchsorted(pre * big, side="left")
+    hi = skey.searchsorted((pre + size) * big, side="left")
     small = lengths < cfg.small_node
     if cfg.fold_unshared:
         small |= (hi - lo == 1) & (lengths <= cfg.fold_own)
-    nodes = np.nonzero((hi > lo) & (lengths > 0) & ~small)[0]
+    nodes = ((hi > lo) & (lengths > 0) & ~small).nonzero()[0]
     rows = (hi - lo)[nodes] * group
-    cls = np.minimum(np.searchsorted(bm_of, rows, side="left"), len(shapes) - 1)
-    narrow = np.searchsorted(bm_of, 64, side="right") - 1  # the largest class of at most 64 rows
+    cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
+    narrow = int(bm_of.searchsorted(64, side="right")) - 1  # the largest class of at most 64 rows
     if narrow >= 0:
         wide = (rows >= cfg.wide_tiles[0]) & (lengths[nodes] >= cfg.wide_tiles[1])
         cls = np.where(wide, cls, np.minimum(cls, narrow))
@@ -534,36 +543,33 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
         # second: 72.5 µs against 79.2 in the other order).
-        launch_order = tuple(np.argsort(-launch_ns, kind="stable").tolist())
+        launch_order = tuple((-launch_ns).argsort(kind="stable").tolist())
     else:
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
         chunk = _chunk_sizes(chunk_args[0], chunk_args[1], lengths[nodes], target, chunk_args[2])
     nchunks = -(-lengths[nodes] // chunk)
     # One row per chunk.
-    c_node = np.repeat(nodes, nchunks)
+    c_node = nodes.repeat(nchunks)
     c_idx = concat_ranges(0, nchunks)
-    c_size, c_cls, c_per = (np.repeat(a, nchunks) for a in (chunk, cls, per_block))
+    c_size, c_cls, c_per = (a.repeat(nchunks) for a in (chunk, cls, per_block))
     t0 = c_idx * c_size
     t1 = np.minimum(t0 + c_size, lengths[c_node])
-    q_first = np.searchsorted(skey, pre[c_node] * big + t0, side="right")  # skip queries seeing < t0
+    q_first = skey.searchsorted(pre[c_node] * big + t0, side="right")  # skip queries seeing < t0
     q_end = hi[c_node]
     c_blocks = -(-(q_end - q_first) // c_per)
     # One row per item: a chunk times a block of the queries below it.
-    i_chunk = np.repeat(np.arange(len(c_node)), c_blocks)
+    i_chunk = np.arange(len(c_node)).repeat(c_blocks)
     i_block = concat_ranges(0, c_blocks)
     i_qstart = q_first[i_chunk] + i_block * c_per[i_chunk]
-    items = np.stack(
-        [
-            plan.node_offsets[c_node[i_chunk]] + t0[i_chunk],
-            (t1 - t0)[i_chunk],
-            t0[i_chunk],
-            c_node[i_chunk],
-            i_qstart,
-            np.minimum(c_per[i_chunk], q_end[i_chunk] - i_qstart),
-            np.zeros(len(i_chunk), dtype=np.int64),
-        ],
-        axis=1,
-    ).reshape(-1, ITEM_FIELDS)
+    items = _item_rows(
+        len(i_chunk),
+        plan.node_offsets[c_node[i_chunk]] + t0[i_chunk],
+        (t1 - t0)[i_chunk],
+        t0[i_chunk],
+        c_node[i_chunk],
+        i_qstart,
+        np.minimum(c_per[i_chunk], q_end[i_chunk] - i_qstart),
+    )
     own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg)
     return layout(
         plan.num_queries,
@@ -588,7 +594,7 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     if not small.any():
         return np.zeros(0, dtype=np.int64), np.zeros((0, ITEM_FIELDS), dtype=np.int64), own_start, fold_len
     own_offsets, own_slots = plan.path_slots(small)
-    own_len = np.diff(own_offsets)
+    own_len = own_offsets[1:] - own_offsets[:-1]
     folded = own_len <= cfg.fold_own
     own_start[0] = len(plan.slots) + own_offsets[:-1]
     fold_len[0] = np.where(folded, own_len, 0)
@@ -596,22 +602,12 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
         return own_slots, np.zeros((0, ITEM_FIELDS), dtype=np.int64), own_start, fold_len
     own_len = np.where(folded, 0, own_len)
     pieces = -(-own_len // OWN_PIECE)
-    who = np.repeat(np.arange(q), pieces)
+    who = np.arange(q).repeat(pieces)
     start = concat_ranges(0, pieces) * OWN_PIECE
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
-    items = np.stack(
-        [
-            len(plan.slots) + own_offsets[who] + start,
-            np.minimum(OWN_PIECE, own_len[who] - start),
-            np.zeros(len(who), dtype=np.int64),
-            np.full(len(who), -1),  # no own-node masking: the path list already stops at query_visible
-            inv_perm[who],
-            np.ones(len(who), dtype=np.int64),
-            np.zeros(len(who), dtype=np.int64),
-        ],
-        axis=1,
-    ).reshape(-1, ITEM_FIELDS)
+    # No own-node masking (node -1): the path list already stops at query_visible.
+    items = _item_rows(len(who), len(plan.slots) + own_offsets[who] + start, np.minimum(OWN_PIECE, own_len[who] - start), 0, -1, inv_perm[who], 1)
     return own_slots, items, own_start, fold_len
 
 
@@ -623,27 +619,16 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
     group = num_q_heads // num_kv_heads
     bm, bn, warps, stages = _tile_shapes(group, head_dim, None, cfg.tiles or _sequence_tiles(head_dim))[0]
     offsets, flat = plan.query_views
-    lengths = np.diff(offsets)
+    lengths = offsets[1:] - offsets[:-1]
     nq = plan.num_queries
     cost = float(_cost(np.array(bm)))
     waves = SEQUENCE_WAVES if cfg.waves is None else cfg.waves
     target = float(lengths.sum()) * cost * num_kv_heads / (waves * _limits(cfg, plan.device)[0])
     chunk = _chunk_sizes(np.full(nq, cost), np.full(nq, max(bn, cfg.min_chunk or bn)), lengths, target, np.full(nq, bn))
     nsplits = -(-lengths // chunk)
-    q = np.repeat(np.arange(nq), nsplits)
+    q = np.arange(nq).repeat(nsplits)
     t0 = concat_ranges(0, nsplits) * chunk[q]
-    items = np.stack(
-        [
-            offsets[q] + t0,
-            np.minimum(chunk[q], lengths[q] - t0),
-            t0,
-            np.full(len(q), -1),
-            q,
-            np.ones(len(q), dtype=np.int64),
-            np.zeros(len(q), dtype=np.int64),
-        ],
-        axis=1,
-    ).reshape(-1, ITEM_FIELDS)
+    items = _item_rows(len(q), offsets[q] + t0, np.minimum(chunk[q], lengths[q] - t0), t0, -1, q, 1)
     ident = np.arange(nq)
     return layout(nq, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible)
 
