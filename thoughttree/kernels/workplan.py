@@ -246,17 +246,47 @@ START_NS = 1000.0  # a program's start-up: its item, query and slot-id loads bef
 MEMORY_BOUND_SLOWDOWN = 1.8
 
 
+@dataclass(frozen=True, eq=False)
+class _LaunchModel:
+    """Per tile class [K]: the launch-time model of :func:`_round_chunks`, built once per layout.
+
+    slots: resident programs on the whole device; key_ns: ns per key one of them takes alone
+    (its tensor-core work on its share of the SM, or its stream of K and V, whichever is slower);
+    full_key_ns: ns per key in a full round (a whole round's K and V at the copy rate, if
+    slower); copy_ns: ns per key of one head's K and V at the copy rate; partial_ns: ns per item
+    for its partials' write and the merge's read; order_scale: MEMORY_BOUND_SLOWDOWN for
+    memory-bound classes, else 1; classes: 0..K-1.
+    """
+
+    slots: np.ndarray
+    key_ns: np.ndarray
+    full_key_ns: np.ndarray
+    copy_ns: float
+    partial_ns: np.ndarray
+    order_scale: np.ndarray
+    classes: np.ndarray
+
+
 @functools.cache
-def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per tile class: resident programs on the whole device, and ns per key one of them takes
-    (its tensor-core work, on its share of the SM, or its stream of K and V, whichever is slower)."""
+def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> _LaunchModel:
+    """The launch-time model of each tile class of ``shapes`` on a device of ``limits``."""
     sms, smem, regs = limits
     d = _padded(head_dim)
     per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
     block_m = np.array([s[0] for s in shapes])
+    slots = sms * per_sm
     key_ns = np.maximum(STREAM_NS, block_m * d * 4 * per_sm / SM_TENSOR)
-    out = (sms * per_sm, key_ns)
-    for a in out:
+    copy_ns = 4 * head_dim / BANDWIDTH  # 2-byte elements
+    out = _LaunchModel(
+        slots=slots,
+        key_ns=key_ns,
+        full_key_ns=np.maximum(key_ns, slots * copy_ns),
+        copy_ns=copy_ns,
+        partial_ns=block_m * head_dim * 8 / BANDWIDTH,
+        order_scale=np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0),
+        classes=np.arange(len(shapes)),
+    )
+    for a in (out.slots, out.key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
         a.flags.writeable = False
     return out
 
@@ -271,8 +301,8 @@ def _column(values: tuple[int, ...]) -> np.ndarray:
 
 def _round_chunks(
     cls: np.ndarray, work: np.ndarray, lengths: np.ndarray, blocks: np.ndarray, chunk_args: tuple,
-    model: tuple[np.ndarray, np.ndarray], block_m: np.ndarray, head_dim: int, num_kv_heads: int, rounds: tuple[int, ...],
-) -> np.ndarray:
+    model: _LaunchModel, num_kv_heads: int, rounds: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray]:
     """Keys per chunk for each node, chosen per tile class so that its launch ends soonest.
 
     Each class is its own launch of about equal items on ``slots[c]`` resident programs, so it
@@ -285,11 +315,11 @@ def _round_chunks(
 
     cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
     key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
-    :func:`_chunk_sizes`; model: (slots, ns per key) [K] from :func:`_class_model`; block_m [K].
+    :func:`_chunk_sizes`; model: from :func:`_class_model`.
     Returns ([N] keys per chunk, [K] the model's time of each class's launch in ns, memory-bound
     classes scaled by MEMORY_BOUND_SLOWDOWN).
     """
-    slots, key_ns = model
+    slots = model.slots
     by_class = _scaled_eye(len(slots), num_kv_heads)[cls]  # [N, K]: a node's class, times the KV heads
     cost, fewest, align = chunk_args
     chunks = _chunk_sizes(cost, fewest, lengths, (work @ by_class / slots)[cls] / _column(rounds), align, np.floor)  # [R, N]
@@ -298,15 +328,13 @@ def _round_chunks(
     full, rest = np.divmod(items, slots)
     # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
     # copy rate) each, plus a start-up.
-    copy_ns = 4 * head_dim / BANDWIDTH  # ns per key of one head's K and V (2-byte elements) at the copy rate
     span = (
-        full * (per_item * np.maximum(key_ns, slots * copy_ns) + START_NS)
-        + (rest > 0) * (per_item * np.maximum(key_ns, rest * copy_ns) + START_NS)
-        + items * (block_m * head_dim * 8 / BANDWIDTH)
+        full * (per_item * model.full_key_ns + START_NS)
+        + (rest > 0) * (per_item * np.maximum(model.key_ns, rest * model.copy_ns) + START_NS)
+        + items * model.partial_ns
     )
     best = span.argmin(axis=0)  # the first minimum: the fewest rounds
-    launch_ns = span[best, np.arange(len(slots))] * np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0)
-    return chunks[best[cls], np.arange(len(cls))], launch_ns
+    return chunks[best[cls], np.arange(len(cls))], span[best, model.classes] * model.order_scale
 
 
 @functools.cache
@@ -467,7 +495,8 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """Device copy of ``host`` with its partial workspaces, launched as ``cfg`` says (merge block,
     side by side, own-key block, early merge)."""
-    folds = bool(host.own_len.any())
+    own_max = int(host.own_len.max(initial=0))
+    folds = own_max > 0
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
     dev = upload_int32(arrays + ([host.own_start, host.own_len] if folds else []), device)
     dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = dev[:7]
@@ -493,7 +522,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
         side_by_side=cfg.side_by_side,
-        own_block=cfg.own_block or (OWN_BLOCKS[0] if host.own_len.max(initial=0) <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
+        own_block=cfg.own_block or (OWN_BLOCKS[0] if own_max <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
         early_merge=cfg.early_merge,
     )
 
@@ -521,33 +550,34 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     if cfg.fold_unshared:
         small |= (hi - lo == 1) & (lengths <= cfg.fold_own)
     nodes = ((hi > lo) & (lengths > 0) & ~small).nonzero()[0]
-    rows = (hi - lo)[nodes] * group
+    n_len, n_queries = lengths[nodes], (hi - lo)[nodes]
+    rows = n_queries * group
     cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
     narrow = int(bm_of.searchsorted(64, side="right")) - 1  # the largest class of at most 64 rows
     if narrow >= 0:
-        wide = (rows >= cfg.wide_tiles[0]) & (lengths[nodes] >= cfg.wide_tiles[1])
+        wide = (rows >= cfg.wide_tiles[0]) & (n_len >= cfg.wide_tiles[1])
         cls = np.where(wide, cls, np.minimum(cls, narrow))
     fewest = np.maximum(bn_of, 4 * bm_of if cfg.min_chunk is None else cfg.min_chunk)  # keys per chunk, per class
     limits = _limits(cfg, plan.device)
     if cfg.waves is None:
         model = _class_model(tuple(shapes), head_dim, limits)
-        cls = _fewer_launches(cls, (hi - lo)[nodes], lengths[nodes], bm_of // group, fewest, model[0], num_kv_heads)
+        cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     per_block = bm_of[cls] // group  # queries per tile
-    blocks = -(-(hi - lo)[nodes] // per_block)
+    blocks = -(-n_queries // per_block)
     cost = _cost(bm_of[cls])
-    work = lengths[nodes] * blocks * cost
+    work = n_len * blocks * cost
     chunk_args = (cost, fewest[cls], bn_of[cls])
     launch_order = None
     if cfg.waves is None:
-        chunk, launch_ns = _round_chunks(cls, work, lengths[nodes], blocks, chunk_args, model, bm_of, head_dim, num_kv_heads, cfg.rounds)
+        chunk, launch_ns = _round_chunks(cls, work, n_len, blocks, chunk_args, model, num_kv_heads, cfg.rounds)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
         # second: 72.5 µs against 79.2 in the other order).
         launch_order = tuple((-launch_ns).argsort(kind="stable").tolist())
     else:
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
-        chunk = _chunk_sizes(chunk_args[0], chunk_args[1], lengths[nodes], target, chunk_args[2])
-    nchunks = -(-lengths[nodes] // chunk)
+        chunk = _chunk_sizes(chunk_args[0], chunk_args[1], n_len, target, chunk_args[2])
+    nchunks = -(-n_len // chunk)
     # One row per chunk.
     c_node = nodes.repeat(nchunks)
     c_idx = concat_ranges(0, nchunks)
