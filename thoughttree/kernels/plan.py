@@ -170,7 +170,8 @@ def plan_tree_attention(
     Args:
         parents: [N] one entry per node, -1 for a root; a parent comes before its children.
         node_slots: N slot lists (lists, numpy arrays or CPU tensors), each node's KV slot ids
-            in token order (slot = page * page_size + offset). Arrays are the fast path.
+            in token order (slot = page * page_size + offset, below 2^31: the kernels index int32).
+            Arrays are the fast path.
         query_nodes: [Q] the node of each query row.
         query_visible: [Q] how many of its own node's tokens each query sees (None = all); gives
             causal prefill and speculative token trees.
