@@ -124,7 +124,7 @@ def _int_array(x: IntArrayLike, name: str) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     arr = np.asarray(x)
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    if arr.size and arr.dtype.kind not in "iu":
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False).reshape(-1)
 
@@ -141,7 +141,7 @@ def _flatten_slots(node_slots: Sequence[IntArrayLike], n: int) -> tuple[np.ndarr
         except (ValueError, TypeError):
             flat = None
         if flat is not None and flat.ndim == 1:
-            if flat.size and not np.issubdtype(flat.dtype, np.integer):
+            if flat.size and flat.dtype.kind not in "iu":
                 raise ValueError(f"node_slots must hold integers, got dtype {flat.dtype}")
             lengths = np.fromiter(map(len, node_slots), dtype=np.int64, count=n)
             if lengths.sum() == flat.size:
@@ -192,7 +192,7 @@ def plan_tree_attention(
     lengths, slots = _flatten_slots(node_slots, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     lengths.cumsum(out=offsets[1:])
-    if len(slots) and (slots.min() < 0 or slots.max() >= 2**31):
+    if len(slots) and slots.view(np.uint64).max() >= 2**31:  # one pass: a negative id reads as huge
         raise ValueError(f"KV slot ids must be in [0, 2^31) (the kernels index int32), got [{slots.min()}, {slots.max()}]")
     qn = _int_array(query_nodes, "query_nodes")
     if len(qn) and (qn.min() < 0 or qn.max() >= n):
