@@ -31,7 +31,7 @@ if not torch.cuda.is_available():  # the smoke run: Triton decides at decoration
 
 from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
 from tree_flashinfer_run import FLASHINFER_BACKENDS, TOLERANCE, WORKSPACE_BYTES, best, failed, load_flashinfer, time_rows, warm_up  # noqa: E402
-from tree_timing import Timer, config_label, median_ms, roofs  # noqa: E402
+from tree_timing import Timer, config_label, host_probe, median_ms, roofs  # noqa: E402
 from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
@@ -201,6 +201,9 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     console.print(table)
+    probe = host_probe(PLAN_REPS)
+    console.print(f"host probe at the end (100 small numpy operations, as in tree_plan_time.py): {probe[0] * 1e6:.0f} µs median, "
+                  f"{probe[1] * 1e6:.0f} fastest; the plan column moves with it")
     if fi_rows:
         ft = Table(title=f"{fi_note} on the same pool (plan() and page tables timed apart, as ours)")
         for c in FI_COLS:

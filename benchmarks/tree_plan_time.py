@@ -21,13 +21,13 @@ import sys
 import time
 from typing import Callable
 
-import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from tree_timing import host_probe  # noqa: E402
 from tree_workloads import H_KV, H_Q, HEAD_DIM, WORKLOADS, make_plan, node_slot_arrays  # noqa: E402
 
 from thoughttree.kernels import WorkConfig  # noqa: E402
@@ -50,26 +50,6 @@ def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[fl
 
 def ms(times: tuple[float, float]) -> str:
     return " / ".join(f"{t * 1e3:.3f}" for t in times)
-
-
-def host_probe(reps: int) -> tuple[float, float]:
-    """(median, fastest) seconds of 100 small numpy operations on a few hundred elements."""
-    rng = np.random.default_rng(0)
-    ids, weights = rng.integers(0, 4096, 257), rng.random(257)
-
-    def batch() -> None:
-        for _ in range(10):
-            order = np.argsort(ids, kind="stable")
-            keys = ids[order]
-            pos = np.searchsorted(keys, ids)
-            total = np.cumsum(weights)
-            scaled = np.ceil(total / (pos + 1)) * 2.0
-            counts = np.bincount(pos % 7, weights=scaled, minlength=7)
-            np.maximum(counts[pos % 7], 1.0)
-            np.repeat(order[:16], 3)
-            np.concatenate([keys, pos])
-
-    return timed(batch, reps, torch.device("cpu"))
 
 
 def main() -> int:

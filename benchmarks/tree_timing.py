@@ -7,6 +7,7 @@ import statistics
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 
 
@@ -101,3 +102,32 @@ def config_label(config: object) -> str:
     default = type(config)()
     diff = [f"{f.name}={getattr(config, f.name)}" for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)]
     return ", ".join(diff) or "default"
+
+
+def host_probe(reps: int) -> tuple[float, float]:
+    """(median, fastest) seconds of 100 small numpy operations on a few hundred elements, the kind
+    a plan is made of: a fixed measure of the host, since a GPU machine's host clock moves plan
+    times by up to 2x between runs."""
+    rng = np.random.default_rng(0)
+    ids, weights = rng.integers(0, 4096, 257), rng.random(257)
+
+    def batch() -> None:
+        for _ in range(10):
+            order = np.argsort(ids, kind="stable")
+            keys = ids[order]
+            pos = np.searchsorted(keys, ids)
+            total = np.cumsum(weights)
+            scaled = np.ceil(total / (pos + 1)) * 2.0
+            counts = np.bincount(pos % 7, weights=scaled, minlength=7)
+            np.maximum(counts[pos % 7], 1.0)
+            np.repeat(order[:16], 3)
+            np.concatenate([keys, pos])
+
+    for _ in range(3):
+        batch()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        batch()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), min(times)
