@@ -92,7 +92,7 @@ class TreePlan:
         pair_query = perm[concat_ranges(lo, hi - lo)]
         own = pair_node == qn[pair_query]
         pair_len = np.where(own, self.query_visible[pair_query], self.node_lengths[pair_node])
-        order = np.lexsort((pre[pair_node], pair_query))  # root first: an ancestor precedes in preorder
+        order = (pair_query * n + pre[pair_node]).argsort()  # by query, root first (an ancestor precedes in preorder)
         pair_node, pair_query, pair_len = pair_node[order], pair_query[order], pair_len[order]
         flat = self.slots[concat_ranges(self.node_offsets[pair_node], pair_len)]
         np.bincount(pair_query, weights=pair_len, minlength=self.num_queries).astype(np.int64).cumsum(out=offsets[1:])
