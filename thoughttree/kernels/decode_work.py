@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .plan import TreePlan
-from .workplan import ITEM_FIELDS, OWN_PIECE, HostWork, WorkConfig, layout, sequence_host_work, tree_host_work
+from .workplan import OWN_PIECE, HostWork, WorkConfig, item_rows, layout, sequence_host_work, tree_host_work
 
 TAIL_PIECE = OWN_PIECE  # most tail tokens one program reads
 
@@ -83,12 +83,8 @@ def decode_work(
     starts = np.tile(np.arange(pieces) * TAIL_PIECE, q)
     inv_perm = np.empty(q, dtype=np.int64)
     inv_perm[shared.q_perm] = np.arange(q)
-    tail = np.zeros((len(rows), ITEM_FIELDS), dtype=np.int64)
-    tail[:, 0] = base + rows * tail_cap + starts
-    tail[:, 1] = np.clip(lengths[rows] - starts, 0, TAIL_PIECE)
-    tail[:, 3] = -1  # the window already ends at the newest token: no own-node masking
-    tail[:, 4] = inv_perm[rows]
-    tail[:, 5] = 1
+    # Node -1: the window already ends at the newest token, so no own-node masking.
+    tail = item_rows(len(rows), base + rows * tail_cap + starts, np.clip(lengths[rows] - starts, 0, TAIL_PIECE), 0, -1, inv_perm[rows], 1)
     n_shared = len(shared.items)
     tail_base = base + np.arange(q) * tail_cap
     own_start, own_len = shared.own_start.copy(), shared.own_len.copy()

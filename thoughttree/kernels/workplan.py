@@ -387,7 +387,7 @@ def _chunk_sizes(
     return np.maximum(size, align).astype(np.int64)
 
 
-def _item_rows(count: int, *columns: np.ndarray | int) -> np.ndarray:
+def item_rows(count: int, *columns: np.ndarray | int) -> np.ndarray:
     """[count, ITEM_FIELDS] items from their leading columns (arrays or one number for all); the
     partial-row column and any left out are 0."""
     items = np.zeros((count, ITEM_FIELDS), dtype=np.int64)
@@ -591,7 +591,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     i_chunk = np.arange(len(c_node)).repeat(c_blocks)
     i_block = concat_ranges(0, c_blocks)
     i_qstart = q_first[i_chunk] + i_block * c_per[i_chunk]
-    items = _item_rows(
+    items = item_rows(
         len(i_chunk),
         plan.node_offsets[c_node[i_chunk]] + t0[i_chunk],
         (t1 - t0)[i_chunk],
@@ -637,7 +637,7 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
     # No own-node masking (node -1): the path list already stops at query_visible.
-    items = _item_rows(len(who), len(plan.slots) + own_offsets[who] + start, np.minimum(OWN_PIECE, own_len[who] - start), 0, -1, inv_perm[who], 1)
+    items = item_rows(len(who), len(plan.slots) + own_offsets[who] + start, np.minimum(OWN_PIECE, own_len[who] - start), 0, -1, inv_perm[who], 1)
     return own_slots, items, own_start, fold_len
 
 
@@ -658,7 +658,7 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
     nsplits = -(-lengths // chunk)
     q = np.arange(nq).repeat(nsplits)
     t0 = concat_ranges(0, nsplits) * chunk[q]
-    items = _item_rows(len(q), offsets[q] + t0, np.minimum(chunk[q], lengths[q] - t0), t0, -1, q, 1)
+    items = item_rows(len(q), offsets[q] + t0, np.minimum(chunk[q], lengths[q] - t0), t0, -1, q, 1)
     ident = np.arange(nq)
     return layout(nq, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible)
 
