@@ -228,3 +228,16 @@ def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> Non
         lm.check_integrity(tree)
         runs.append([n.tokens for n in kids + [k for ks in more + last for k in ks]])
     assert runs[0] == runs[1]
+
+
+def test_an_arena_is_kept_across_work_sizing_and_rebuilt_for_new_launch_settings(model_dir) -> None:
+    lm = _lm(model_dir, fast=True)
+    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, temperature=0, ignore_eos=True))
+    engine = lm.engine
+    first = engine.arena
+    engine.decode_work_config = WorkConfig(fold_own=0, rounds=(1, 2))  # work sizing only
+    assert engine.arena_for(first.cap, first.shapes) is first
+    engine.decode_work_config = WorkConfig(merge_block=1)  # a launch setting its graphs hold
+    rebuilt = engine.arena_for(first.cap, first.shapes)
+    assert rebuilt is not first and rebuilt.work.merge_block == 1

@@ -82,6 +82,12 @@ class WorkConfig:
     # follows one stream's partial launch (one tile class, or ``side_by_side=False``).
     early_merge: bool = True
 
+    @property
+    def launch(self) -> tuple[int, bool, bool]:
+        """The settings a launch reads, apart from how work is sized: (merge_block, side_by_side,
+        early_merge). Work planned under configs that differ only in sizing launches alike."""
+        return self.merge_block, self.side_by_side, self.early_merge
+
     def __post_init__(self) -> None:
         if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
             raise ValueError(f"waves, num_sms, min_chunk, max_block_m and rounds must be positive, got {self}")

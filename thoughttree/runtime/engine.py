@@ -176,7 +176,7 @@ class Engine:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config
-        same = old is not None and old.attention == self.attention and (old.work.merge_block, old.work.side_by_side, old.work.early_merge) == (cfg.merge_block, cfg.side_by_side, cfg.early_merge)
+        same = old is not None and old.attention == self.attention and old.launch == cfg.launch
         if same and old.shapes == shapes and old.cap.holds(need):
             return old
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)

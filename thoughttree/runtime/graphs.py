@@ -87,6 +87,7 @@ class DecodeArena:
     ) -> None:
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
+        self.launch = config.launch  # the launch settings its graphs were captured with
         self.use_graphs, self.max_graph_rows = graphs, max_graph_rows
         # The arena's graphs share one memory pool, which lives as long as they do.
         self.mempool = torch.cuda.graph_pool_handle() if graphs else None
