@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from typing import Callable
 
 import torch
 from rich.console import Console
@@ -27,25 +24,11 @@ from rich.table import Table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tree_timing import host_probe  # noqa: E402
+from tree_timing import host_probe, timed  # noqa: E402
 from tree_workloads import H_KV, H_Q, HEAD_DIM, WORKLOADS, make_plan, node_slot_arrays  # noqa: E402
 
 from thoughttree.kernels import WorkConfig  # noqa: E402
 from thoughttree.kernels.workplan import tree_host_work, tree_work  # noqa: E402
-
-
-def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[float, float]:
-    """(median, fastest) seconds of ``reps`` waited-for calls (the fastest shows the cost without other load)."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times)
 
 
 def ms(times: tuple[float, float]) -> str:

@@ -69,6 +69,20 @@ def median_ms(fn: Callable[[], object], device: torch.device, reps: int = 7) -> 
     return statistics.median(times) * 1e3
 
 
+def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[float, float]:
+    """(median, fastest) seconds of ``reps`` waited-for calls after three warm-up calls (the
+    fastest shows the cost without other load)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), min(times)
+
+
 def roofs(device: torch.device) -> tuple[float, float] | None:
     """(copy bandwidth bytes/s counting read + write, bf16 matmul FLOP/s) measured now; None on CPU."""
     if device.type != "cuda":
@@ -123,11 +137,4 @@ def host_probe(reps: int) -> tuple[float, float]:
             np.repeat(order[:16], 3)
             np.concatenate([keys, pos])
 
-    for _ in range(3):
-        batch()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        batch()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times)
+    return timed(batch, reps, torch.device("cpu"))
