@@ -10,6 +10,7 @@ import torch
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
+from thoughttree.kernels import deft_ws
 from thoughttree.kernels.deft import _launch_partials, deft_work
 from thoughttree.kernels.workplan import TILE_NEEDS, programs_per_sm
 
@@ -148,3 +149,56 @@ def test_store_kv_on_gpu() -> None:
     store_kv_reference(want_k, want_v, k, v, slots)
     store_kv(k_cache, v_cache, k, v, slots)
     assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="needs a Hopper GPU")
+
+
+def _padded_pages(x: torch.Tensor) -> torch.Tensor:
+    """The same cache with one unused token row after each page (pages not back to back)."""
+    pages, size, h, d = x.shape
+    out = torch.zeros(pages, size + 1, h, d, dtype=x.dtype, device=x.device)
+    out[:, :size] = x
+    return out[:, :size]
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("h_q,h_kv", [(32, 8), (28, 4), (16, 16)])
+@pytest.mark.parametrize("pages", ["flat", "padded"])
+def test_warp_specialized_tile_equals_the_triton_tile(dtype: torch.dtype, h_q: int, h_kv: int, pages: str) -> None:
+    # A 5k prompt under 70 leaves of odd lengths; one leaf prefilled causally (own-node queries
+    # that see a prefix of their chunk), and a short token tree: every chunk in 128-row tiles.
+    rng = np.random.default_rng(h_q + h_kv)
+    parents = [-1] + [0] * 70 + [3]
+    lengths = [5003] + [int(x) for x in rng.integers(1, 300, 70)] + [133]
+    parents += [71] + [72 + int(rng.integers(0, i)) for i in range(1, 20)]
+    lengths += [1] * 20
+    qn = list(range(1, 71)) + [71] * 133 + list(range(72, 92))
+    qv = [lengths[i] for i in range(1, 71)] + list(range(1, 134)) + [1] * 20
+    q, k, v, plan = build(parents, lengths, qn, qv, h_q=h_q, h_kv=h_kv, d=128, page_size=16, dtype=dtype, device="cuda")
+    if pages == "padded":
+        k, v = _padded_pages(k), _padded_pages(v)
+    wide = WorkConfig(wide_tiles=(0, 0))
+    assert any(c.block_m == 128 for c in deft_work(plan, h_q, h_kv, 128, wide).classes)
+    assert deft_ws.fits(k, v)
+    out = deft_tree_attention(q, k, v, plan, config=wide)
+    triton_tile = deft_tree_attention(q, k, v, plan, config=dataclasses.replace(wide, warp_specialized=False))
+    assert torch.equal(out, triton_tile)
+    assert_close_to_reference(out, q, k, v, plan)
+
+
+@hopper
+def test_warp_specialized_tile_declines_caches_it_cannot_copy_by_16_bytes() -> None:
+    parents, lengths = [-1] + [0] * 40, [3000] + [20] * 40
+    q, k, v, plan = build(parents, lengths, list(range(1, 41)), None, h_q=32, h_kv=8, d=128, page_size=16,
+                          dtype=torch.bfloat16, device="cuda")
+    # The same caches 4 elements (8 bytes) past a 16-byte boundary.
+    k_off = torch.empty(k.numel() + 4, dtype=k.dtype, device="cuda")[4:].view(k.shape)
+    v_off = torch.empty(v.numel() + 4, dtype=v.dtype, device="cuda")[4:].view(v.shape)
+    k_off.copy_(k)
+    v_off.copy_(v)
+    assert not deft_ws.fits(k_off, v_off) and deft_ws.fits(k, v)
+    wide = WorkConfig(wide_tiles=(0, 0))
+    assert torch.equal(deft_tree_attention(q, k_off, v_off, plan, config=wide), deft_tree_attention(q, k, v, plan, config=wide))

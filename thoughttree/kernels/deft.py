@@ -9,7 +9,8 @@ atomics, deterministic; it also reads the query's own short ranges of keys itsel
 nodes, a decode tail), so they need no partial launch. It reads them first: on GPUs with
 programmatic dependent launch it starts while the partial launch finishes and waits for the
 partials only after them (``WorkConfig.early_merge``). Work items and workspaces come from
-:mod:`workplan` and are cached on the plan, so a call allocates only its output.
+:mod:`workplan` and are cached on the plan, so a call allocates only its output. On Hopper GPUs
+the 128-row tile class runs :mod:`deft_ws`'s warp-specialised version of kernel 1 instead.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import deft_ws
 from .plan import TreePlan
 from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
@@ -276,6 +278,13 @@ def _dependent_launch(device: torch.device) -> bool:
 
 
 @functools.cache
+def _hopper(device: torch.device) -> bool:
+    """Whether ``device`` runs Hopper's warpgroup MMAs (compute capability 9.x), which
+    :mod:`deft_ws` is written for."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+@functools.cache
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
     """A second stream per device for partial launches of another tile class."""
     return torch.cuda.Stream(device)
@@ -288,16 +297,24 @@ def _launch_partials(
     """One partial launch: the items of tile class ``tc``, every KV head, on the current stream;
     ``early``: the merge after it is launched early (see :class:`WorkConfig`).
 
-    Returns Triton's compiled kernel (its metadata holds the shared memory and registers it takes).
+    Returns the compiled kernel (its metadata holds the shared memory and registers it takes).
     """
     h_q, h_kv = q.shape[1], k_cache.shape[2]
-    return _partial_kernel[(tc.num_items, h_kv)](
+    args = (
         q, k_cache, v_cache, work.slots, work.items, work.q_perm, work.q_node, work.q_vis,
         work.partial_o, work.partial_lse,
         tc.first_item, scale * 1.4426950408889634, page_size,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
+    )
+    if work.warp_specialized and tc.block_m == deft_ws.ROWS and _hopper(q.device) and deft_ws.fits(k_cache, v_cache):
+        return deft_ws.ws_partial_kernel[(tc.num_items, h_kv)](
+            *args, HQ=h_q, G=group, D=d, BLOCK_N=deft_ws.BLOCK_N, NFIELDS=ITEM_FIELDS, FLAT=flat,
+            STAGES=deft_ws.STAGES, PW=deft_ws.PRODUCER_WARPS, C_REGS=deft_ws.CONSUMER_REGS,
+            P_REGS=deft_ws.PRODUCER_REGS, EARLY=early, num_warps=4, maxnreg=deft_ws.MAX_REGS,
+        )
+    return _partial_kernel[(tc.num_items, h_kv)](
+        *args, HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
         NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1, EARLY=early,
         num_warps=tc.num_warps, num_stages=tc.num_stages,
     )

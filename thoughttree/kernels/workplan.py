@@ -81,12 +81,17 @@ class WorkConfig:
     # last wave drains, read their own keys, then wait for the partials. Only where the merge
     # follows one stream's partial launch (one tile class, or ``side_by_side=False``).
     early_merge: bool = True
+    # On Hopper GPUs (compute capability 9.x) with head dim 128, the 128-row tile class runs the
+    # warp-specialised kernel of :mod:`deft_ws` (the same partials, bitwise; 11-21% faster per
+    # launch on an H200). False keeps the Triton tile everywhere.
+    warp_specialized: bool = True
 
     @property
-    def launch(self) -> tuple[int, bool, bool]:
+    def launch(self) -> tuple[int, bool, bool, bool]:
         """The settings a launch reads, apart from how work is sized: (merge_block, side_by_side,
-        early_merge). Work planned under configs that differ only in sizing launches alike."""
-        return self.merge_block, self.side_by_side, self.early_merge
+        early_merge, warp_specialized). Work planned under configs that differ only in sizing
+        launches alike."""
+        return self.merge_block, self.side_by_side, self.early_merge, self.warp_specialized
 
     def __post_init__(self) -> None:
         if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
@@ -127,8 +132,8 @@ class WorkPlan:
     ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
-    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS); early_merge:
-    WorkConfig's.
+    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS); early_merge,
+    warp_specialized: WorkConfig's.
     """
 
     slots: torch.Tensor
@@ -148,6 +153,7 @@ class WorkPlan:
     side_by_side: bool = True
     own_block: int = OWN_BLOCKS[-1]
     early_merge: bool = True
+    warp_specialized: bool = True
 
 
 def _padded(head_dim: int) -> int:
@@ -178,7 +184,9 @@ def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tile
 
 SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
 # Shared memory bytes and registers per thread the partial kernel takes with each default tile
-# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200.
+# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200. (On Hopper
+# the 128-row class runs deft_ws's kernel instead: 163,928 bytes and 12 warps of 168 registers,
+# also one program per SM.)
 TILE_NEEDS = {(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)}
 
 
@@ -500,7 +508,7 @@ def upload_int32(arrays: list[np.ndarray], device: torch.device) -> list[torch.T
 
 def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:
     """Device copy of ``host`` with its partial workspaces, launched as ``cfg`` says (merge block,
-    side by side, own-key block, early merge)."""
+    side by side, own-key block, early merge, warp specialisation)."""
     own_max = int(host.own_len.max(initial=0))
     folds = own_max > 0
     arrays = [host.slots, host.items, host.q_perm, host.q_node, host.q_vis, host.merge_offsets, host.merge_rows]
@@ -530,6 +538,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         side_by_side=cfg.side_by_side,
         own_block=cfg.own_block or (OWN_BLOCKS[0] if own_max <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
         early_merge=cfg.early_merge,
+        warp_specialized=cfg.warp_specialized,
     )
 
 
