@@ -58,15 +58,20 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in events) * 1e3, graphed
 
 
-def median_ms(fn: Callable[[], object], device: torch.device, reps: int = 7) -> float:
-    """Median wall time of ``reps`` calls in ms, each waited for (host work plus any upload)."""
+def waited_times(fn: Callable[[], object], reps: int, device: torch.device) -> list[float]:
+    """Wall seconds of ``reps`` calls, each waited for (host work plus any upload)."""
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         sync(device)
         times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    return times
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, reps: int = 7) -> float:
+    """Median wall time of ``reps`` waited-for calls in ms."""
+    return statistics.median(waited_times(fn, reps, device)) * 1e3
 
 
 def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[float, float]:
@@ -74,12 +79,7 @@ def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[fl
     fastest shows the cost without other load)."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t)
+    times = waited_times(fn, reps, device)
     return statistics.median(times), min(times)
 
 

@@ -87,11 +87,12 @@ class WorkConfig:
     warp_specialized: bool = True
 
     @property
-    def launch(self) -> tuple[int, bool, bool, bool]:
-        """The settings a launch reads, apart from how work is sized: (merge_block, side_by_side,
-        early_merge, warp_specialized). Work planned under configs that differ only in sizing
-        launches alike."""
-        return self.merge_block, self.side_by_side, self.early_merge, self.warp_specialized
+    def launch(self) -> dict[str, int | bool]:
+        """The settings a launch reads, apart from how work is sized, by :class:`WorkPlan` field
+        name (merge_block, side_by_side, early_merge, warp_specialized). Work planned under
+        configs that differ only in sizing launches alike."""
+        return dict(merge_block=self.merge_block, side_by_side=self.side_by_side,
+                    early_merge=self.early_merge, warp_specialized=self.warp_specialized)
 
     def __post_init__(self) -> None:
         if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
@@ -531,14 +532,11 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         partial_o=torch.empty(host.num_partials, num_q_heads, head_dim, dtype=torch.float32, device=device),
         partial_lse=torch.empty(host.num_partials, num_q_heads, dtype=torch.float32, device=device),
         classes=tuple(classes),
-        merge_block=cfg.merge_block,
         own_start=dev[7] if folds else None,
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
-        side_by_side=cfg.side_by_side,
         own_block=cfg.own_block or (OWN_BLOCKS[0] if own_max <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
-        early_merge=cfg.early_merge,
-        warp_specialized=cfg.warp_specialized,
+        **cfg.launch,
     )
 
 

@@ -120,9 +120,8 @@ class DecodeArena:
             merge_offsets=offsets, merge_rows=rows_,
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
-            classes=tuple(classes), merge_block=config.merge_block, side_by_side=config.side_by_side,
-            early_merge=config.early_merge, warp_specialized=config.warp_specialized,
-            own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
+            classes=tuple(classes), own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
+            **config.launch,
         )
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
         # slot, tail length (= tokens sampled). Two pinned host copies take turns, so writing one
