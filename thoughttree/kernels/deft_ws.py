@@ -37,8 +37,7 @@ STAGES = 4  # K/V ring depth; on an H200 3 and 5 were 1-9% slower
 BLOCK_N = 64  # keys per tile; 128-key tiles spill the producer's addresses
 PRODUCER_WARPS = 4  # one warp could not issue the gathers fast enough (3-4x slower)
 # Registers per thread: 12 warps at 128 (the consumers then take 160 each, the producer 64; no
-# spills with pages back to back, 64 bytes of the producer's addresses with padded pages) leave
-# room on the SM for a 16-row program of another tile class launched beside this one. On an
+# spills, flat or padded pages) leave room on the SM for a 16-row program of another tile class launched beside this one. On an
 # H200 this was as fast or faster than 168 (consumers at 224) on every workload but one, and up
 # to 6% faster where leaves run beside a long prompt (BENCHMARKS.md).
 MAX_REGS, CONSUMER_REGS, PRODUCER_REGS = 128, 160, 64
@@ -152,19 +151,20 @@ def _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, L))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, L))
     ok = offs_n < end
-    slot = gl.load(SLOTS + kv_start + offs_n, mask=ok, other=0).to(gl.int64)
+    slot = gl.load(SLOTS + kv_start + offs_n, mask=ok, other=0)
     for j in range(n_tiles):
         st = j % STAGES
         nxt = (j + 1) * BLOCK_N + offs_n
         ok_next = nxt < end
-        slot_next = gl.load(SLOTS + kv_start + nxt, mask=ok_next, other=0).to(gl.int64)  # one tile ahead
+        slot_next = gl.load(SLOTS + kv_start + nxt, mask=ok_next, other=0)  # one tile ahead
         if FLAT:  # pages back to back: a slot is a row
-            k_row = slot * stride_ks
-            v_row = slot * stride_vs
-        else:
+            k_row = slot.to(gl.int64) * stride_ks
+            v_row = slot.to(gl.int64) * stride_vs
+        else:  # slot ids are int32: divide there (no 64-bit division per key), then widen
             page = slot // page_size
-            k_row = page * stride_kp + (slot - page * page_size) * stride_ks
-            v_row = page * stride_vp + (slot - page * page_size) * stride_vs
+            off = (slot - page * page_size).to(gl.int64)
+            k_row = page.to(gl.int64) * stride_kp + off * stride_ks
+            v_row = page.to(gl.int64) * stride_vp + off * stride_vs
         mbarrier.wait(empty.index(st), ((j // STAGES) & 1) ^ 1)
         _async_load(kbuf.index(st), K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok[:, None])
         _async_load(vbuf.index(st), V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok[:, None])

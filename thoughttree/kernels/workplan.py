@@ -186,7 +186,7 @@ def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tile
 SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
 # Shared memory bytes and registers per thread the partial kernel takes with each default tile
 # (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200. (On Hopper
-# the 128-row class runs deft_ws's kernel instead: 163,928 bytes and 12 warps of 168 registers,
+# the 128-row class runs deft_ws's kernel instead: 163,928 bytes and 12 warps of 128 registers,
 # also one program per SM.)
 TILE_NEEDS = {(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)}
 
