@@ -34,7 +34,7 @@ _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_g
 ROWS = 128  # query rows per program: two consumer warpgroups of 64
 HEAD_DIM = 128
 STAGES = 4  # K/V ring depth; on an H200 3 and 5 were 1-9% slower
-BLOCK_N = 64  # keys per tile; 128-key tiles spill the producer's addresses
+BLOCK_N = 64  # keys per tile; 128-key tiles were 12-29% slower on an H200 (BENCHMARKS.md)
 PRODUCER_WARPS = 4  # one warp could not issue the gathers fast enough (3-4x slower)
 # Registers per thread: 12 warps at 128 (the consumers then take 160 each, the producer 64; no
 # spills, flat or padded pages) leave room on the SM for a 16-row program of another tile class launched beside this one. On an
