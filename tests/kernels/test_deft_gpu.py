@@ -167,9 +167,11 @@ def _padded_pages(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("h_q,h_kv", [(32, 8), (28, 4), (16, 16)])
 @pytest.mark.parametrize("pages", ["flat", "padded"])
-def test_warp_specialized_tile_equals_the_triton_tile(dtype: torch.dtype, h_q: int, h_kv: int, pages: str) -> None:
+@pytest.mark.parametrize("rows", [128, 64])
+def test_warp_specialized_tile_equals_the_triton_tile(dtype: torch.dtype, h_q: int, h_kv: int, pages: str, rows: int) -> None:
     # A 5k prompt under 70 leaves of odd lengths; one leaf prefilled causally (own-node queries
-    # that see a prefix of their chunk), and a short token tree: every chunk in 128-row tiles.
+    # that see a prefix of their chunk), and a short token tree: the shared chunks in 128-row
+    # tiles (two consumer warpgroups), or in 64-row tiles (one).
     rng = np.random.default_rng(h_q + h_kv)
     parents = [-1] + [0] * 70 + [3]
     lengths = [5003] + [int(x) for x in rng.integers(1, 300, 70)] + [133]
@@ -180,11 +182,11 @@ def test_warp_specialized_tile_equals_the_triton_tile(dtype: torch.dtype, h_q: i
     q, k, v, plan = build(parents, lengths, qn, qv, h_q=h_q, h_kv=h_kv, d=128, page_size=16, dtype=dtype, device="cuda")
     if pages == "padded":
         k, v = _padded_pages(k), _padded_pages(v)
-    wide = WorkConfig(wide_tiles=(0, 0))
-    assert any(c.block_m == 128 for c in deft_work(plan, h_q, h_kv, 128, wide).classes)
-    assert deft_ws.fits(k, v)
-    out = deft_tree_attention(q, k, v, plan, config=wide)
-    triton_tile = deft_tree_attention(q, k, v, plan, config=dataclasses.replace(wide, warp_specialized=False))
+    config = WorkConfig(wide_tiles=(0, 0)) if rows == 128 else WorkConfig(max_block_m=64)
+    assert any(c.block_m == rows for c in deft_work(plan, h_q, h_kv, 128, config).classes)
+    assert rows in deft_ws.TILES and deft_ws.fits(k, v)
+    out = deft_tree_attention(q, k, v, plan, config=config)
+    triton_tile = deft_tree_attention(q, k, v, plan, config=dataclasses.replace(config, warp_specialized=False))
     assert torch.equal(out, triton_tile)
     assert_close_to_reference(out, q, k, v, plan)
 

@@ -10,7 +10,7 @@ nodes, a decode tail), so they need no partial launch. It reads them first: on G
 programmatic dependent launch it starts while the partial launch finishes and waits for the
 partials only after them (``WorkConfig.early_merge``). Work items and workspaces come from
 :mod:`workplan` and are cached on the plan, so a call allocates only its output. On Hopper GPUs
-the 128-row tile class runs :mod:`deft_ws`'s warp-specialised version of kernel 1 instead.
+the 64- and 128-row tile classes run :mod:`deft_ws`'s warp-specialised version of kernel 1 instead.
 """
 
 from __future__ import annotations
@@ -307,11 +307,12 @@ def _launch_partials(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
     )
-    if work.warp_specialized and tc.block_m == deft_ws.ROWS and _hopper(q.device) and deft_ws.fits(k_cache, v_cache):
+    ws = deft_ws.TILES.get(tc.block_m) if work.warp_specialized and _hopper(q.device) else None
+    if ws is not None and deft_ws.fits(k_cache, v_cache):
         return deft_ws.ws_partial_kernel[(tc.num_items, h_kv)](
             *args, HQ=h_q, G=group, D=d, BLOCK_N=deft_ws.BLOCK_N, NFIELDS=ITEM_FIELDS, FLAT=flat,
-            STAGES=deft_ws.STAGES, PW=deft_ws.PRODUCER_WARPS, C_REGS=deft_ws.CONSUMER_REGS,
-            P_REGS=deft_ws.PRODUCER_REGS, EARLY=early, num_warps=4, maxnreg=deft_ws.MAX_REGS,
+            STAGES=ws.stages, PW=deft_ws.PRODUCER_WARPS, C_REGS=ws.consumer_regs, P_REGS=ws.producer_regs,
+            EARLY=early, NC=ws.consumers, num_warps=4, maxnreg=ws.max_regs,
         )
     return _partial_kernel[(tc.num_items, h_kv)](
         *args, HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,

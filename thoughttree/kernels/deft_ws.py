@@ -1,46 +1,66 @@
-"""DeFT's partial kernel for the 128-row tile, warp-specialised for Hopper (Gluon).
+"""DeFT's partial kernel for the 64- and 128-row tiles, warp-specialised for Hopper (Gluon).
 
 Same work items, inputs and partial outputs as :func:`deft._partial_kernel` (bitwise equal on an
-H200), organised as FlashAttention-3 organises a tile. Each program (work item, KV head) runs
-three partitions:
+H200), organised as FlashAttention-3 organises a tile. Each program (work item, KV head) is
+split into warpgroups with their own jobs and registers:
 
 - a producer warpgroup gathers the item's K and V rows by slot id with ``cp.async`` into a ring
-  of ``STAGES`` shared-memory stages, loading each tile's slot ids one tile ahead, and signals
+  of shared-memory stages, loading each tile's slot ids one tile ahead, and signals
   a stage full through an mbarrier the copies themselves arrive on;
-- two consumer warpgroups of 64 query rows each multiply on the tensor cores. A consumer issues
-  tile j's scores and tile j-1's P·V as two asynchronous warpgroup MMAs, waits for the scores
-  alone and runs tile j's softmax while P·V is still on the tensor cores. The two consumers take
-  turns issuing (an mbarrier each way), so one exponentiates while the other multiplies.
+- one or two consumer warpgroups of 64 query rows each multiply on the tensor cores. A consumer
+  issues tile j's scores and tile j-1's P·V as two asynchronous warpgroup MMAs, waits for the
+  scores alone and runs tile j's softmax while P·V is still on the tensor cores. Two consumers
+  take turns issuing (an mbarrier each way), so one exponentiates while the other multiplies.
 
 Triton's ``tl.dot`` waits for each MMA as it is issued, and its pipeline issues the K/V copies
-from the same warps that do the softmax: the shipped Triton tile keeps the tensor cores about
-47% busy on an H200, this one about 60% (BENCHMARKS.md). Hopper only (``warpgroup_mma``); head
-dim 128; float16 or bfloat16. Written against Triton 3.6-3.9 (one call renamed between them).
+from the same warps that do the softmax: with 128 rows the Triton tile keeps the tensor cores
+about 47% busy on an H200, this one about 60% (BENCHMARKS.md). Hopper only (``warpgroup_mma``);
+head dim 128; float16 or bfloat16. Written against Triton 3.6-3.9 (one call renamed between them).
 """
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.language.extra.cuda import gdc_launch_dependents
 
+if TYPE_CHECKING:
+    import torch
+
 _NEG = gl.constexpr(-1.0e30)  # as deft._NEG: a finite "minus infinity"
 # ``cp.async`` into shared memory: async_copy_global_to_shared in Triton 3.6, async_load from 3.7.
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
-ROWS = 128  # query rows per program: two consumer warpgroups of 64
 HEAD_DIM = 128
-STAGES = 4  # K/V ring depth; on an H200 3 and 5 were 1-9% slower
 BLOCK_N = 64  # keys per tile; 128-key tiles were 12-29% slower on an H200 (BENCHMARKS.md)
 PRODUCER_WARPS = 4  # one warp could not issue the gathers fast enough (3-4x slower)
-# Registers per thread: 12 warps at 128 (the consumers then take 160 each, the producer 64; no
-# spills, flat or padded pages) leave room on the SM for a 16-row program of another tile class launched beside this one. On an
-# H200 this was as fast or faster than 168 (consumers at 224) on every workload but one, and up
-# to 6% faster where leaves run beside a long prompt (BENCHMARKS.md).
-MAX_REGS, CONSUMER_REGS, PRODUCER_REGS = 128, 160, 64
+
+
+@dataclass(frozen=True)
+class Tile:
+    """How one tile class runs here: ``consumers`` warpgroups of 64 query rows, a K/V ring of
+    ``stages``, and registers per thread: the kernel's cap, each consumer's when there are two
+    (one consumer takes what the producer leaves), the producer's."""
+
+    consumers: int
+    stages: int
+    max_regs: int
+    consumer_regs: int
+    producer_regs: int
+
+
+# By tile class rows. 128 rows: 12 warps at 128 registers (consumers 160, producer 64, no
+# spills) leave room on the SM for a 16-row program of another class launched beside it; on an
+# H200 that was as fast or faster than 168 (consumers at 224) on every workload but one, and
+# four stages beat 3 and 5 by 1-9%. 64 rows: one consumer (192 registers) and three stages,
+# 114,748 bytes of shared memory, so two programs share an SM as the Triton tile's do; 0-4%
+# faster than the Triton tile where the class runs (BENCHMARKS.md).
+TILES = {128: Tile(2, 4, 128, 160, 64), 64: Tile(1, 3, 128, 192, 64)}
 
 
 def fits(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
@@ -56,7 +76,7 @@ def fits(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
 def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
               q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, stride_qt, stride_qh, n_tiles,
               W: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr):
+              STAGES: gl.constexpr, NC: gl.constexpr):
     """Warpgroup ``W``'s 64 rows (rows = queries x G heads) over every tile of the item."""
     S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -90,11 +110,13 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     fence_async_shared()  # the query tile's store, before the tensor cores read it
 
     # Tile 0: its scores alone. Turn j of warpgroup W waits for the other's turn j - 1 + W.
-    mbarrier.wait(turn.index(W), W ^ 1)
+    if NC == 2:
+        mbarrier.wait(turn.index(W), W ^ 1)
     mbarrier.wait(full.index(0), 0)
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, kbuf.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(turn.index(1 - W), count=1)
+    if NC == 2:
+        mbarrier.arrive(turn.index(1 - W), count=1)
     s = warpgroup_mma_wait(0, deps=[s_tok])
     s = gl.where(cols[None, :] < lim[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
@@ -106,12 +128,14 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     for j in range(1, n_tiles):
         st = j % STAGES
         prev = (j - 1) % STAGES
-        mbarrier.wait(turn.index(W), (j & 1) ^ W ^ 1)
+        if NC == 2:
+            mbarrier.wait(turn.index(W), (j & 1) ^ W ^ 1)
         mbarrier.wait(full.index(st), (j // STAGES) & 1)
         fence_async_shared()
         s_tok = warpgroup_mma(q_smem, kbuf.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         o_tok = warpgroup_mma(p_a, vbuf.index(prev), acc, is_async=True)
-        mbarrier.arrive(turn.index(1 - W), count=1)
+        if NC == 2:
+            mbarrier.arrive(turn.index(1 - W), count=1)
         s = warpgroup_mma_wait(1, deps=[s_tok])  # the scores; P·V of tile j-1 still runs
         s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
@@ -125,9 +149,11 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
         p_a = gl.convert_layout(p.to(dtype), P_A)
 
     last = (n_tiles - 1) % STAGES
-    mbarrier.wait(turn.index(W), (n_tiles & 1) ^ W ^ 1)
+    if NC == 2:
+        mbarrier.wait(turn.index(W), (n_tiles & 1) ^ W ^ 1)
     o_tok = warpgroup_mma(p_a, vbuf.index(last), acc, is_async=True)
-    mbarrier.arrive(turn.index(1 - W), count=1)
+    if NC == 2:
+        mbarrier.arrive(turn.index(1 - W), count=1)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(empty.index(last), count=1)
 
@@ -178,15 +204,15 @@ def _partition(Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, e
                kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
                stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
                ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
-               STAGES: gl.constexpr, FLAT: gl.constexpr, PW: gl.constexpr):
-    # Worker partitions share one signature: ROLE 0 and 1 are the consumers, 2 the producer.
-    if ROLE == 2:
+               STAGES: gl.constexpr, FLAT: gl.constexpr, PW: gl.constexpr, NC: gl.constexpr):
+    # Worker partitions share one signature: ROLE 0 .. NC - 1 are the consumers, NC the producer.
+    if ROLE == NC:
         _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT, PW)
     else:
         _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
                   q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, stride_qt, stride_qh, n_tiles,
-                  ROLE, HQ, G, D, BLOCK_N, STAGES)
+                  ROLE, HQ, G, D, BLOCK_N, STAGES, NC)
 
 
 @gluon.jit(do_not_specialize=["first_item"])
@@ -196,9 +222,10 @@ def ws_partial_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, NFIELDS: gl.constexpr,
     FLAT: gl.constexpr, STAGES: gl.constexpr, PW: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
-    EARLY: gl.constexpr,
+    EARLY: gl.constexpr, NC: gl.constexpr,
 ):
-    """One program per (work item, KV head) of a 128-row tile class; arguments as deft._partial_kernel."""
+    """One program per (work item, KV head) of a tile class of 64 * NC rows (NC consumers);
+    arguments as deft._partial_kernel."""
     if EARLY:  # the merge may launch once every program here has started
         gdc_launch_dependents()
     item = ITEMS + (first_item + gl.program_id(0)) * NFIELDS
@@ -212,7 +239,7 @@ def ws_partial_kernel(
     part_base = gl.load(item + 6)
     # Keys any row sees: every partition runs the same number of tiles.
     R: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    rows = gl.arange(0, 128, layout=R)
+    rows = gl.arange(0, 64 * NC, layout=R)
     qi = rows // G
     row_ok = qi < q_count
     qnode = gl.load(QNODE + q_start + qi, mask=row_ok, other=-2)
@@ -227,23 +254,41 @@ def ws_partial_kernel(
     vbuf = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], SW)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(full.index(i), count=32 * PW)  # every producer thread's copies
-        mbarrier.init(empty.index(i), count=2)  # both consumers done with the stage
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    gl.warp_specialize([
-        (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                      kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                      0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW)),
-        (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                      kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                      1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW)),
-        (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                      kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                      2, HQ, G, D, BLOCK_N, STAGES, FLAT, PW)),
-    ], [4, PW], [C_REGS, P_REGS])
+        mbarrier.init(empty.index(i), count=NC)  # every consumer done with the stage
+    if NC == 2:
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(turn.index(0), count=1)
+        mbarrier.init(turn.index(1), count=1)
+    else:
+        # No turns to take. An mbarrier initialised and never used would be dead to the shared
+        # memory allocator, which then lays the query tile over it: undefined behaviour that
+        # gave wrong partials on an H200. The consumer never reads this argument.
+        turn = empty
+    if NC == 2:
+        gl.warp_specialize([
+            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
+                          0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
+                          1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
+                          2, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+        ], [4, PW], [C_REGS, P_REGS])
+    else:
+        gl.warp_specialize([
+            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
+                          0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
+                          1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+        ], [PW], [P_REGS])

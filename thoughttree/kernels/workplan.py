@@ -81,9 +81,9 @@ class WorkConfig:
     # last wave drains, read their own keys, then wait for the partials. Only where the merge
     # follows one stream's partial launch (one tile class, or ``side_by_side=False``).
     early_merge: bool = True
-    # On Hopper GPUs (compute capability 9.x) with head dim 128, the 128-row tile class runs the
-    # warp-specialised kernel of :mod:`deft_ws` (the same partials, bitwise; 11-21% faster per
-    # launch on an H200). False keeps the Triton tile everywhere.
+    # On Hopper GPUs (compute capability 9.x) with head dim 128, the 64- and 128-row tile classes
+    # run the warp-specialised kernel of :mod:`deft_ws` (the same partials, bitwise; with 128
+    # rows 11-21% faster per launch on an H200). False keeps the Triton tiles everywhere.
     warp_specialized: bool = True
 
     @property
@@ -186,8 +186,8 @@ def _tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tile
 SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
 # Shared memory bytes and registers per thread the partial kernel takes with each default tile
 # (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200. (On Hopper
-# the 128-row class runs deft_ws's kernel instead: 163,928 bytes and 12 warps of 128 registers,
-# also one program per SM.)
+# the 64- and 128-row classes run deft_ws's kernels instead, which fit as many programs per SM:
+# 114,748 bytes and 8 warps, 163,928 bytes and 12 warps, of 128 registers.)
 TILE_NEEDS = {(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)}
 
 
