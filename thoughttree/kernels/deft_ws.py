@@ -200,12 +200,12 @@ def _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
 
 
 @gluon.jit
-def _partition(Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-               kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-               stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-               ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
+def _partition(args, ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
                STAGES: gl.constexpr, FLAT: gl.constexpr, PW: gl.constexpr, NC: gl.constexpr):
-    # Worker partitions share one signature: ROLE 0 .. NC - 1 are the consumers, NC the producer.
+    # Every partition gets the same arguments: ROLE 0 .. NC - 1 are the consumers, NC the producer.
+    (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+     kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles) = args
     if ROLE == NC:
         _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT, PW)
@@ -266,29 +266,17 @@ def ws_partial_kernel(
         # memory allocator, which then lays the query tile over it: undefined behaviour that
         # gave wrong partials on an H200. The consumer never reads this argument.
         turn = empty
+    args = (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
+            kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+            stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles)
     if NC == 2:
         gl.warp_specialize([
-            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                          0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
-            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                          1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
-            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                          2, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (args, 0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (args, 1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (args, 2, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
         ], [4, PW], [C_REGS, P_REGS])
     else:
         gl.warp_specialize([
-            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                          0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
-            (_partition, (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-                          kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
-                          stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
-                          1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (args, 0, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
+            (_partition, (args, 1, HQ, G, D, BLOCK_N, STAGES, FLAT, PW, NC)),
         ], [PW], [P_REGS])
