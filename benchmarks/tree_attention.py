@@ -44,7 +44,7 @@ SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one toke
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
     WorkConfig(),
-    WorkConfig(warp_specialized=False),  # the Triton tile for the 128-row class on Hopper too
+    WorkConfig(warp_specialized=False),  # the Triton tiles for the 64- and 128-row classes on Hopper too
     WorkConfig(side_by_side=False),  # tile classes launched one after another on one stream
     WorkConfig(early_merge=False),  # the merge launched after the partials end, not while they finish
     WorkConfig(waves=2.0),  # one chunk size for every class, two programs per SM (the sizing before rounds)
