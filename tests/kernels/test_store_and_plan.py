@@ -179,15 +179,30 @@ def test_work_sizing_fills_the_last_round_of_each_launch() -> None:
     assert 132 < programs <= 264 and -(-programs // 132) * chunk < 3 * 4096
     # A launch that cannot fill one round joins the next narrower one: a 1.1k prompt's 40 query
     # rows would be 40 64-row programs at most; in 16-row tiles, beside the ten 1000-key leaves,
-    # all fit one launch, sized to one round of the 660 programs (five per SM) it may have.
+    # all fit one launch, sized to half a round of the 660 programs (five per SM) it may have:
+    # memory-bound either way, and half the partials.
     star = ([-1] + [0] * 10, [1100] + [1000] * 10, list(range(1, 11)))
     assert set(_class_items(*star, WorkConfig(waves=2.0, num_sms=132))) == {16, 64}
     classes = _class_items(*star, WorkConfig(num_sms=132))
-    assert set(classes) == {16} and 0.8 * 660 <= classes[16][0] <= 660
+    assert set(classes) == {16} and 0.8 * 330 <= classes[16][0] <= 330
     # Not when the narrower tiles would read the node many times over: a 4k prompt under 50
     # leaves is 2 blocks of 128 rows (at most 128 programs) but 13 blocks of 16.
     star = ([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)))
     assert set(_class_items(*star, WorkConfig(num_sms=132, wide_tiles=(128, 4096)))) == {16, 128}
+
+
+def test_work_sizing_gives_a_two_per_sm_class_one_program_per_sm_when_that_ends_first() -> None:
+    # 16 decode queries under a 16k prompt: 64 rows, two programs per SM. Their multiply is
+    # light, so one program per SM keeps up with the memory and leaves the merge half the
+    # partials: 128 programs of 1024 keys, not 256 of 512.
+    star = ([-1] + [0] * 16, [16384] + [1] * 16, list(range(1, 17)))
+    assert _class_items(*star, WorkConfig(num_sms=132)) == {64: (128, 1024)}
+    # Under a 2k prompt the chunks are already at their fewest keys (four times the rows).
+    star = ([-1] + [0] * 8, [2048] + [1] * 8, list(range(1, 9)))
+    assert _class_items(*star, WorkConfig(num_sms=132)) == {64: (64, 256)}
+    # A 128-row class holds one program per SM: half a round would leave SMs idle.
+    star = ([-1] + [0] * 64, [16384] + [1] * 64, list(range(1, 65)))
+    assert _class_items(*star, WorkConfig(num_sms=132)) == {128: (128, 2048)}
 
 
 def test_work_sizing_keeps_memory_bound_launches_in_one_round() -> None:

@@ -37,8 +37,8 @@ class WorkConfig:
     """How work is sized.
 
     waves: programs per SM to size chunks for, over all classes; None (the default) sizes each
-    tile class on its own by :func:`_round_chunks`, trying each of ``rounds``: how many rounds
-    of resident programs its launch may take. num_sms: None = the device's; min_chunk: fewest KV
+    tile class on its own by :func:`_round_chunks`, trying half a round of resident programs and
+    each of ``rounds``: how many rounds its launch may take. num_sms: None = the device's; min_chunk: fewest KV
     tokens per chunk, None = four times the tile's rows (so a chunk's fp32 partials stay small
     next to its KV); max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
     small_node: nodes shorter than this are not shared: each query reads their tokens itself,
@@ -265,16 +265,19 @@ MEMORY_BOUND_SLOWDOWN = 1.8
 class _LaunchModel:
     """Per tile class [K]: the launch-time model of :func:`_round_chunks`, built once per layout.
 
-    slots: resident programs on the whole device; key_ns: ns per key one of them takes alone
-    (its tensor-core work on its share of the SM, or its stream of K and V, whichever is slower);
-    full_key_ns: ns per key in a full round (a whole round's K and V at the copy rate, if
-    slower); copy_ns: ns per key of one head's K and V at the copy rate; partial_ns: ns per item
-    for its partials' write and the merge's read; order_scale: MEMORY_BOUND_SLOWDOWN for
+    slots: resident programs on the whole device; per_sm: of them on one SM; key_ns: ns per key
+    one of them takes alone (its tensor-core work on its share of the SM, or its stream of K and
+    V, whichever is slower); sm_key_ns: the same for a program with an SM to itself (tensor-core
+    work only); full_key_ns: ns per key in a full round (a whole round's K and V at the copy
+    rate, if slower); copy_ns: ns per key of one head's K and V at the copy rate; partial_ns: ns
+    per item for its partials' write and the merge's read; order_scale: MEMORY_BOUND_SLOWDOWN for
     memory-bound classes, else 1; classes: 0..K-1.
     """
 
     slots: np.ndarray
+    per_sm: np.ndarray
     key_ns: np.ndarray
+    sm_key_ns: np.ndarray
     full_key_ns: np.ndarray
     copy_ns: float
     partial_ns: np.ndarray
@@ -290,26 +293,31 @@ def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> 
     per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
     block_m = np.array([s[0] for s in shapes])
     slots = sms * per_sm
-    key_ns = np.maximum(STREAM_NS, block_m * d * 4 * per_sm / SM_TENSOR)
+    sm_key_ns = block_m * d * 4 / SM_TENSOR
+    key_ns = np.maximum(STREAM_NS, sm_key_ns * per_sm)
     copy_ns = 4 * head_dim / BANDWIDTH  # 2-byte elements
     out = _LaunchModel(
         slots=slots,
+        per_sm=per_sm,
         key_ns=key_ns,
+        sm_key_ns=sm_key_ns,
         full_key_ns=np.maximum(key_ns, slots * copy_ns),
         copy_ns=copy_ns,
         partial_ns=block_m * head_dim * 8 / BANDWIDTH,
         order_scale=np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0),
         classes=np.arange(len(shapes)),
     )
-    for a in (out.slots, out.key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
+    for a in (out.slots, out.per_sm, out.key_ns, out.sm_key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
         a.flags.writeable = False
     return out
 
 
 @functools.cache
-def _column(values: tuple[int, ...]) -> np.ndarray:
-    """``values`` as a read-only float column [len, 1]."""
-    out = np.array(values, dtype=np.float64)[:, None]
+def _round_scales(rounds: tuple[int, ...]) -> np.ndarray:
+    """Read-only [len(rounds) + 1, 1]: the work of one item under each sizing of
+    :func:`_round_chunks`, in units of a class's work per resident program: half a round (2),
+    then at most r rounds (1 / r)."""
+    out = np.array([2.0] + [1.0 / r for r in rounds])[:, None]
     out.flags.writeable = False
     return out
 
@@ -323,10 +331,14 @@ def _round_chunks(
     Each class is its own launch of about equal items on ``slots[c]`` resident programs, so it
     takes ceil(items / slots) rounds: with chunks sized for two programs per SM, 320 128-row
     items on 132 SMs take three rounds where 128 longer ones take one. For each class this sizes
-    chunks for at most r rounds, r in ``rounds`` (chunk counts rounded down), and keeps the r
-    whose launch the model says ends first: a round lasts as long as one item's keys take one
-    program, or as the round's K and V take the memory, whichever is longer, plus a start-up;
-    partials cost their writes and the merge's reads. Ties go to fewer, longer items.
+    chunks for half a round and for at most r rounds, r in ``rounds`` (chunk counts rounded
+    down), and keeps the sizing whose launch the model says ends first: a round lasts as long
+    as one item's keys take one program, or as the round's K and V take the memory, whichever
+    is longer, plus a start-up; a last round of fewer programs than the SM holds shares each
+    SM's tensor cores among fewer; partials cost their writes and the merge's reads. Ties go to
+    fewer, longer items. Half a round is one program per SM for the 64-row class (two per SM):
+    on an H200 a 16k prompt's 16 decode queries took 34.6 µs per call in 128 programs of 1024
+    keys against 40.5 in 256 of 512 (half the partials for the merge; BENCHMARKS.md).
 
     cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
     key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
@@ -337,18 +349,21 @@ def _round_chunks(
     slots = model.slots
     by_class = _scaled_eye(len(slots), num_kv_heads)[cls]  # [N, K]: a node's class, times the KV heads
     cost, fewest, align = chunk_args
-    chunks = _chunk_sizes(cost, fewest, lengths, (work @ by_class / slots)[cls] / _column(rounds), align, np.floor)  # [R, N]
-    items = (np.ceil(lengths / chunks) * blocks) @ by_class  # [R, K]
+    targets = (work @ by_class / slots) * _round_scales(rounds)  # [R + 1, K]
+    chunks = _chunk_sizes(cost, fewest, lengths, targets[:, cls], align, np.floor)  # [R + 1, N]
+    items = (np.ceil(lengths / chunks) * blocks) @ by_class  # [R + 1, K]
     per_item = (lengths * blocks) @ by_class / np.maximum(items, 1)  # keys per item
     full, rest = np.divmod(items, slots)
+    # The last round's programs per SM, and so the share of an SM's tensor cores each one gets.
+    rest_key_ns = np.maximum(STREAM_NS, model.sm_key_ns * np.minimum(model.per_sm, np.ceil(rest * model.per_sm / slots)))
     # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
     # copy rate) each, plus a start-up.
     span = (
         full * (per_item * model.full_key_ns + START_NS)
-        + (rest > 0) * (per_item * np.maximum(model.key_ns, rest * model.copy_ns) + START_NS)
+        + (rest > 0) * (per_item * np.maximum(rest_key_ns, rest * model.copy_ns) + START_NS)
         + items * model.partial_ns
     )
-    best = span.argmin(axis=0)  # the first minimum: the fewest rounds
+    best = span.argmin(axis=0)  # the first minimum: the fewest items
     return chunks[best[cls], np.arange(len(cls))], span[best, model.classes] * model.order_scale
 
 
