@@ -21,6 +21,7 @@ head dim 128; float16 or bfloat16. Written against Triton 3.6-3.9 (one call rena
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from triton.experimental import gluon
@@ -60,7 +61,7 @@ class Tile:
 # four stages beat 3 and 5 by 1-9%. 64 rows: one consumer (192 registers) and three stages,
 # 114,748 bytes of shared memory, so two programs share an SM as the Triton tile's do; 0-4%
 # faster than the Triton tile where the class runs (BENCHMARKS.md).
-TILES = {128: Tile(2, 4, 128, 160, 64), 64: Tile(1, 3, 128, 192, 64)}
+TILES = MappingProxyType({128: Tile(2, 4, 128, 160, 64), 64: Tile(1, 3, 128, 192, 64)})
 
 
 def fits(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -188,7 +189,7 @@ SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H1
 # (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200. (On Hopper
 # the 64- and 128-row classes run deft_ws's kernels instead, which fit as many programs per SM:
 # 114,748 bytes and 8 warps, 163,928 bytes and 12 warps, of 128 registers.)
-TILE_NEEDS = {(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)}
+TILE_NEEDS = MappingProxyType({(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)})
 
 
 @functools.cache
