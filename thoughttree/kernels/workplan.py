@@ -266,7 +266,7 @@ MEMORY_BOUND_SLOWDOWN = 1.8
 class _LaunchModel:
     """Per tile class [K]: the launch-time model of :func:`_round_chunks`, built once per layout.
 
-    slots: resident programs on the whole device; per_sm: of them on one SM; key_ns: ns per key
+    sms: the device's SMs; slots: resident programs on all of them; key_ns: ns per key
     one of them takes alone (its tensor-core work on its share of the SM, or its stream of K and
     V, whichever is slower); sm_key_ns: the same for a program with an SM to itself (tensor-core
     work only); full_key_ns: ns per key in a full round (a whole round's K and V at the copy
@@ -275,8 +275,8 @@ class _LaunchModel:
     memory-bound classes, else 1; classes: 0..K-1.
     """
 
+    sms: int
     slots: np.ndarray
-    per_sm: np.ndarray
     key_ns: np.ndarray
     sm_key_ns: np.ndarray
     full_key_ns: np.ndarray
@@ -298,8 +298,8 @@ def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> 
     key_ns = np.maximum(STREAM_NS, sm_key_ns * per_sm)
     copy_ns = 4 * head_dim / BANDWIDTH  # 2-byte elements
     out = _LaunchModel(
+        sms=sms,
         slots=slots,
-        per_sm=per_sm,
         key_ns=key_ns,
         sm_key_ns=sm_key_ns,
         full_key_ns=np.maximum(key_ns, slots * copy_ns),
@@ -308,7 +308,7 @@ def _class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> 
         order_scale=np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0),
         classes=np.arange(len(shapes)),
     )
-    for a in (out.slots, out.per_sm, out.key_ns, out.sm_key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
+    for a in (out.slots, out.key_ns, out.sm_key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
         a.flags.writeable = False
     return out
 
@@ -355,8 +355,9 @@ def _round_chunks(
     items = (np.ceil(lengths / chunks) * blocks) @ by_class  # [R + 1, K]
     per_item = (lengths * blocks) @ by_class / np.maximum(items, 1)  # keys per item
     full, rest = np.divmod(items, slots)
-    # The last round's programs per SM, and so the share of an SM's tensor cores each one gets.
-    rest_key_ns = np.maximum(STREAM_NS, model.sm_key_ns * np.minimum(model.per_sm, np.ceil(rest * model.per_sm / slots)))
+    # The last round's programs per SM (fewer than a full round's), and so the share of an SM's
+    # tensor cores each one gets.
+    rest_key_ns = np.maximum(STREAM_NS, model.sm_key_ns * np.ceil(rest / model.sms))
     # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
     # copy rate) each, plus a start-up.
     span = (
