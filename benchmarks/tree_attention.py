@@ -132,6 +132,8 @@ def main() -> int:
 
         compiled_flex = torch.compile(flex_attention, dynamic=False)
     timer = Timer(dev, reps=1 if args.smoke else 25)
+    if rates:
+        console.print(f"timer: an empty kernel reads {timer.empty_us():.1f} µs here; every column includes that fixed cost")
     flex_spent = 0.0
     table = Table(title=f"tree attention per layer on {name} (bf16, 32/8 heads, d=128, page 16" + (", L2 flushed)" if rates else ", smoke run: 64x shorter rows)"))
     for c in COLS:

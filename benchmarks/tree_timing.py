@@ -9,11 +9,17 @@ from typing import Callable
 
 import numpy as np
 import torch
+import triton
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@triton.jit
+def _empty(x):
+    pass
 
 
 class Timer:
@@ -56,6 +62,11 @@ class Timer:
             events.append((start, end))
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in events) * 1e3, graphed
+
+    def empty_us(self) -> float:
+        """What an empty kernel reads in this timer (µs): the fixed cost every timed call includes."""
+        x = torch.empty(1, device=self.device)
+        return self(lambda: _empty[(1,)](x))[0]
 
 
 def waited_times(fn: Callable[[], object], reps: int, device: torch.device) -> list[float]:
