@@ -335,8 +335,9 @@ def _round_chunks(
     chunks for half a round and for at most r rounds, r in ``rounds`` (chunk counts rounded
     down), and keeps the sizing whose launch the model says ends first: a round lasts as long
     as one item's keys take one program, or as the round's K and V take the memory, whichever
-    is longer, plus a start-up; a last round of fewer programs than the SM holds shares each
-    SM's tensor cores among fewer; partials cost their writes and the merge's reads. Ties go to
+    is longer, plus a start-up; a last round smaller than a full one puts fewer programs on each
+    SM, and each gets a larger share of its tensor cores; partials cost their writes and the
+    merge's reads. Ties go to
     fewer, longer items. Half a round is one program per SM for the 64-row class (two per SM):
     on an H200 a 16k prompt's 16 decode queries took 34.6 µs per call in 128 programs of 1024
     keys against 40.5 in 256 of 512 (half the partials for the merge; BENCHMARKS.md).
