@@ -337,10 +337,10 @@ def _round_chunks(
     as one item's keys take one program, or as the round's K and V take the memory, whichever
     is longer, plus a start-up; a last round smaller than a full one puts fewer programs on each
     SM, and each gets a larger share of its tensor cores; partials cost their writes and the
-    merge's reads. Ties go to
-    fewer, longer items. Half a round is one program per SM for the 64-row class (two per SM):
-    on an H200 a 16k prompt's 16 decode queries took 34.6 µs per call in 128 programs of 1024
-    keys against 40.5 in 256 of 512 (half the partials for the merge; BENCHMARKS.md).
+    merge's reads. Ties go to fewer, longer items. Half a round is one program per SM for the
+    64-row class (two per SM): on an H200 a 16k prompt's 16 decode queries took 34.6 µs per
+    call in 128 programs of 1024 keys against 40.5 in 256 of 512 (half the partials for the
+    merge; BENCHMARKS.md).
 
     cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
     key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
