@@ -74,6 +74,20 @@ def fits(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
 
 
 @gluon.jit
+def _await_turn(turn, W: gl.constexpr, phase, NC: gl.constexpr):
+    """With two consumers, wait until the other has issued its MMAs of this turn (a no-op with one)."""
+    if NC == 2:
+        mbarrier.wait(turn.index(W), phase)
+
+
+@gluon.jit
+def _pass_turn(turn, W: gl.constexpr, NC: gl.constexpr):
+    """With two consumers, let the other issue its next MMAs (a no-op with one)."""
+    if NC == 2:
+        mbarrier.arrive(turn.index(1 - W), count=1)
+
+
+@gluon.jit
 def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
               q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, stride_qt, stride_qh, n_tiles,
               W: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -111,13 +125,11 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     fence_async_shared()  # the query tile's store, before the tensor cores read it
 
     # Tile 0: its scores alone. Turn j of warpgroup W waits for the other's turn j - 1 + W.
-    if NC == 2:
-        mbarrier.wait(turn.index(W), W ^ 1)
+    _await_turn(turn, W, W ^ 1, NC)
     mbarrier.wait(full.index(0), 0)
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, kbuf.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    if NC == 2:
-        mbarrier.arrive(turn.index(1 - W), count=1)
+    _pass_turn(turn, W, NC)
     s = warpgroup_mma_wait(0, deps=[s_tok])
     s = gl.where(cols[None, :] < lim[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
@@ -129,14 +141,12 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     for j in range(1, n_tiles):
         st = j % STAGES
         prev = (j - 1) % STAGES
-        if NC == 2:
-            mbarrier.wait(turn.index(W), (j & 1) ^ W ^ 1)
+        _await_turn(turn, W, (j & 1) ^ W ^ 1, NC)
         mbarrier.wait(full.index(st), (j // STAGES) & 1)
         fence_async_shared()
         s_tok = warpgroup_mma(q_smem, kbuf.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         o_tok = warpgroup_mma(p_a, vbuf.index(prev), acc, is_async=True)
-        if NC == 2:
-            mbarrier.arrive(turn.index(1 - W), count=1)
+        _pass_turn(turn, W, NC)
         s = warpgroup_mma_wait(1, deps=[s_tok])  # the scores; P·V of tile j-1 still runs
         s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
@@ -150,11 +160,9 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
         p_a = gl.convert_layout(p.to(dtype), P_A)
 
     last = (n_tiles - 1) % STAGES
-    if NC == 2:
-        mbarrier.wait(turn.index(W), (n_tiles & 1) ^ W ^ 1)
+    _await_turn(turn, W, (n_tiles & 1) ^ W ^ 1, NC)
     o_tok = warpgroup_mma(p_a, vbuf.index(last), acc, is_async=True)
-    if NC == 2:
-        mbarrier.arrive(turn.index(1 - W), count=1)
+    _pass_turn(turn, W, NC)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(empty.index(last), count=1)
 
