@@ -53,6 +53,7 @@ SWEEP = (
     WorkConfig(fold_own=0),  # own keys as partial items instead of in the merge
     WorkConfig(fold_unshared=False),  # a node only one query sees gets partial items like the others
     WorkConfig(own_block=32),  # the merge reads own keys 32 per step even where 16 hold every range
+    WorkConfig(merge_heads=1),  # one KV head per merge program whatever the query count
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]

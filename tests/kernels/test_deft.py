@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, tree_attention
-from thoughttree.kernels.deft import deft_work
+from thoughttree.kernels.deft import deft_work, merge_heads
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
@@ -193,3 +193,25 @@ def test_own_keys_read_in_either_block(own_block: int | None) -> None:
     config = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, own_block=own_block)
     assert deft_work(plan, 8, 2, CPU["d"], config).own_block == (own_block or 16)
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8])
+@pytest.mark.parametrize("h_q,h_kv,page_size", [(16, 4, 16), (12, 4, 7), (4, 2, 16)])
+def test_merge_programs_over_several_kv_heads(heads: int, h_q: int, h_kv: int, page_size: int) -> None:
+    # Each merge program takes `heads` KV heads (as many as the model has, at most): its partial
+    # rows and its own keys, short leaves of one query under a shared prompt, come out exact,
+    # for a group that is not a power of two (3) and an odd page size too.
+    parents, lengths = [-1, 0, 0, 0, 1], [45, 20, 3, 33, 9]
+    q, k, v, plan = build(parents, lengths, [2, 3, 4, 0], None, h_q=h_q, h_kv=h_kv, page_size=page_size, **CPU)
+    config = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, merge_heads=heads)
+    assert deft_work(plan, h_q, h_kv, CPU["d"], config).own_start is not None
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
+def test_merge_heads_fit_the_model() -> None:
+    assert merge_heads(8, 64, 2) == 2 and merge_heads(2, 64, 6) == 2 and merge_heads(4, 64, 1) == 1
+    # Unasked: as many KV heads as leave 512 programs, at most four.
+    assert [merge_heads(None, q, 8) for q in (8, 64, 127, 128, 256, 4096)] == [1, 1, 1, 2, 4, 4]
+    assert merge_heads(None, 4096, 2) == 2 and merge_heads(None, 4096, 6) == 2
+    with pytest.raises(ValueError, match="merge_heads must be a power of two"):
+        WorkConfig(merge_heads=3)

@@ -204,3 +204,13 @@ def test_warp_specialized_tile_declines_caches_it_cannot_copy_by_16_bytes() -> N
     assert not deft_ws.fits(k_off, v_off) and deft_ws.fits(k, v)
     wide = WorkConfig(wide_tiles=(0, 0))
     assert torch.equal(deft_tree_attention(q, k_off, v_off, plan, config=wide), deft_tree_attention(q, k, v, plan, config=wide))
+
+
+@pytest.mark.parametrize("heads", [None, 1, 2, 4, 8])
+def test_merge_programs_over_several_kv_heads_on_gpu(heads: int | None) -> None:
+    # 256 queries with 32-token leaves of their own under a 4k prompt (the merge reads the
+    # leaves): every grouping of KV heads per merge program gives the same exact answer.
+    parents, lengths = [-1] + [0] * 256, [4096] + [32] * 256
+    q, k, v, plan = build(parents, lengths, list(range(1, 257)), None, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
+    assert deft_work(plan, 32, 8, 128, WorkConfig()).own_start is not None
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=WorkConfig(merge_heads=heads)), q, k, v, plan)

@@ -4,8 +4,9 @@ Kernel 1 (:func:`_partial_kernel`), one program per (work item, KV head): the it
 read once and multiplied, on tensor cores, against all query rows of the item at once, the G
 query heads that share the KV head packed as consecutive rows (rows = queries x G). It writes a
 normalised partial output and its log2-sum-exp per row. Kernel 2 (:func:`_merge_kernel`), one
-program per (query, KV head), combines a query's partials along its path in a fixed order: no
-atomics, deterministic; it also reads the query's own short ranges of keys itself (its short
+program per query and KV head (or group of KV heads where a call has many queries: see
+:func:`merge_heads`), combines a query's partials along its path in a fixed order: no atomics,
+deterministic; it also reads the query's own short ranges of keys itself (its short
 nodes, a decode tail), so they need no partial launch. It reads them first: on GPUs with
 programmatic dependent launch it starts while the partial launch finishes and waits for the
 partials only after them (``WorkConfig.early_merge``). Work items and workspaces come from
@@ -55,11 +56,17 @@ def _kv_tile(K, V, SLOTS, idx, ok, h, page_size, offs_d, d_ok,
 @triton.jit
 def _attend(q, k, v, offs_n, lim, m_i, l_i, acc, scale_log2, masked):
     """Online-softmax update of one KV tile for all rows: keys at or past ``lim`` are masked
-    when ``masked`` (else every row sees the whole tile). Row maxima are kept scaled, so the
-    scale and the subtraction are one fused multiply-add per score."""
+    when ``masked`` (else every row sees the whole tile)."""
     s = tl.dot(q, tl.trans(k))
     if masked:
         s = tl.where(offs_n[None, :] < lim[:, None], s, float("-inf"))
+    return _softmax_step(s, v, m_i, l_i, acc, scale_log2)
+
+
+@triton.jit
+def _softmax_step(s, v, m_i, l_i, acc, scale_log2):
+    """Online-softmax update with the scores ``s`` of one KV tile (masked keys at -inf). Row
+    maxima are kept scaled, so the scale and the subtraction are one fused multiply-add per score."""
     m_new = tl.maximum(m_i, tl.max(s, axis=1) * scale_log2)
     p = tl.math.exp2(s * scale_log2 - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
@@ -170,15 +177,18 @@ def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
     Q, K, V, SLOTS, OWN_START, OWN_LEN, own_stride, scale_log2, page_size,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
-    HQ: tl.constexpr, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    HQ: tl.constexpr, G: tl.constexpr, G_M: tl.constexpr, HPP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, OWN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
     FLAT: tl.constexpr, EARLY: tl.constexpr,
 ):
+    # One program per (query, HPP consecutive KV heads); row r is KV head h0 + r // G_M, query
+    # head G * (h0 + r // G_M) + r % G_M of it (rows past G of each KV head are padding).
     query = tl.program_id(0)
-    h = tl.program_id(1)
-    g = tl.arange(0, G_M)
-    head = h * G + g
-    g_ok = g < G
+    h0 = tl.program_id(1) * HPP
+    R: tl.constexpr = HPP * G_M
+    r = tl.arange(0, R)
+    head = (h0 + r // G_M) * G + r % G_M
+    g_ok = r % G_M < G
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < D
     first = tl.load(OFFSETS + query)
@@ -187,13 +197,14 @@ def _merge_kernel(
         # The query's own keys, all visible, come first: they do not depend on the partials
         # (with EARLY, they are read while the partial launch finishes). An online softmax of
         # their own on tensor cores, whose tiles have at least OWN_ROWS = 16 rows; the partials
-        # are merged on G_M rows apart, so their tiles take no padding registers. The two are
+        # are merged on R rows apart, so their tiles take no padding registers. The two are
         # joined at the end (a partial with log2-sum-exp L and output O is 2^L keys' worth of
-        # weight on O).
-        g16 = tl.arange(0, OWN_ROWS)
+        # weight on O). A step takes BLOCK_K keys of every KV head of the program: column c is
+        # key c // HPP of KV head h0 + c % HPP, and a row sees only its own KV head's columns.
+        r16 = tl.arange(0, OWN_ROWS)
         q = tl.load(
-            Q + query.to(tl.int64) * stride_qt + (h * G + g16)[:, None] * stride_qh + offs_d[None, :],
-            mask=(g16 < G)[:, None] & d_ok[None, :],
+            Q + query.to(tl.int64) * stride_qt + ((h0 + r16 // G_M) * G + r16 % G_M)[:, None] * stride_qh + offs_d[None, :],
+            mask=((r16 < R) & (r16 % G_M < G))[:, None] & d_ok[None, :],
             other=0.0,
         )
         ranges = tl.arange(0, OWN_RANGES)
@@ -202,24 +213,27 @@ def _merge_kernel(
         m2 = tl.full([OWN_ROWS], _NEG, tl.float32)
         l2 = tl.zeros([OWN_ROWS], tl.float32)
         acc2 = tl.zeros([OWN_ROWS, D_PAD], tl.float32)
-        keys = tl.arange(0, BLOCK_K)
-        for r in tl.static_range(OWN_RANGES):
-            start = tl.sum(tl.where(ranges == r, own_starts, 0), axis=0)
-            n = tl.sum(tl.where(ranges == r, own_lens, 0), axis=0)
-            lim = tl.zeros([OWN_ROWS], tl.int32) + n
+        cols = tl.arange(0, BLOCK_K * HPP)
+        key = cols // HPP
+        kv_head = h0 + cols % HPP
+        mine = (r16 // G_M)[:, None] == (cols % HPP)[None, :]  # [OWN_ROWS, BLOCK_K * HPP]
+        for i in tl.static_range(OWN_RANGES):
+            start = tl.sum(tl.where(ranges == i, own_starts, 0), axis=0)
+            n = tl.sum(tl.where(ranges == i, own_lens, 0), axis=0)
             for n0 in range(0, n, BLOCK_K):
-                ok = n0 + keys < n
-                k, v = _kv_tile(K, V, SLOTS, start + n0 + keys, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-                m2, l2, acc2 = _attend(q, k, v, n0 + keys, lim, m2, l2, acc2, scale_log2, True)
-        if OWN_ROWS > G_M:  # the rows of the query heads
-            m2 = _first_rows(m2, G_M, OWN_ROWS)
-            l2 = _first_rows(l2, G_M, OWN_ROWS)
-            acc2 = _first_rows_2d(acc2, G_M, OWN_ROWS, D_PAD)
+                ok = n0 + key < n
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
+                s = tl.where(mine & ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
+                m2, l2, acc2 = _softmax_step(s, v, m2, l2, acc2, scale_log2)
+        if OWN_ROWS > R:  # the rows of the query heads
+            m2 = _first_rows(m2, R, OWN_ROWS)
+            l2 = _first_rows(l2, R, OWN_ROWS)
+            acc2 = _first_rows_2d(acc2, R, OWN_ROWS, D_PAD)
     if EARLY:  # launched early (programmatic dependent launch): wait for the partials
         tl.extra.cuda.gdc_wait()
-    m = tl.full([G_M], _NEG, tl.float32)
-    l = tl.zeros([G_M], tl.float32)
-    acc = tl.zeros([G_M, D_PAD], tl.float32)
+    m = tl.full([R], _NEG, tl.float32)
+    l = tl.zeros([R], tl.float32)
+    acc = tl.zeros([R, D_PAD], tl.float32)
     # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic. Their
     # row ids and log2-sum-exps come in one load each; the unrolled loop then issues all
     # BLOCK_P output loads before it needs any of them.
@@ -227,17 +241,17 @@ def _merge_kernel(
     for i in range(first, last, BLOCK_P):
         p_ok = i + offs_b < last
         prow = tl.load(ROWS + i + offs_b, mask=p_ok, other=0).to(tl.int64)
-        idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, G_M]
+        idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, R]
         lse = tl.load(PLSE + idx, mask=p_ok[:, None] & g_ok[None, :], other=_NEG)
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         alpha = tl.math.exp2(m - m_new)
-        w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, G_M]
+        w = tl.math.exp2(lse - m_new[None, :])  # [BLOCK_P, R]
         acc = acc * alpha[:, None]
         for j in tl.static_range(BLOCK_P):
             pick = offs_b == j
             row_j = tl.sum(tl.where(pick, prow, 0), axis=0)
-            w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [G_M]
-            ok_j = g_ok & (g * 0 + i + j < last)
+            w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [R]
+            ok_j = g_ok & (r * 0 + i + j < last)
             o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :], other=0.0)
             acc += o * w_j[:, None]
         l = l * alpha + tl.sum(w, axis=0)
@@ -282,6 +296,31 @@ def _hopper(device: torch.device) -> bool:
     """Whether ``device`` runs Hopper's warpgroup MMAs (compute capability 9.x), which
     :mod:`deft_ws` is written for."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+MERGE_PROGRAMS = 512  # the merge programs a call keeps at least when it groups KV heads
+MERGE_HEADS = 4  # the most KV heads a merge program takes unasked
+
+
+def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int) -> int:
+    """KV heads each merge program takes: ``asked`` (WorkConfig.merge_heads), else the most, up
+    to MERGE_HEADS, that leave MERGE_PROGRAMS programs; at most the largest power of two that
+    divides the model's KV heads.
+
+    A merge program waits on a chain of dependent loads (its own keys' slots, their K and V,
+    then its partials), so with many programs a call takes several rounds of that latency. One
+    program over several KV heads reads their rows in the same loads. On an H200 (Llama-3-8B
+    heads, whole calls): with 256 queries, 4 KV heads per program took 3.5-9.5% less time than
+    one and 8 no less than 4; with 64 queries or fewer, grouping ranged from 2% faster to 30%
+    slower (BENCHMARKS.md).
+    """
+    most = num_kv_heads & -num_kv_heads
+    if asked is not None:
+        return min(asked, most)
+    heads = 1
+    while heads < min(MERGE_HEADS, most) and num_queries * num_kv_heads // (2 * heads) >= MERGE_PROGRAMS:
+        heads *= 2
+    return heads
 
 
 @functools.cache
@@ -359,15 +398,16 @@ def run_work(
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
         return out
-    _merge_kernel[(num_q, h_kv)](
+    hpp = merge_heads(work.merge_heads, num_q, h_kv)
+    _merge_kernel[(num_q, h_kv // hpp)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
         q, k_cache, v_cache, work.slots, work.own_start if own else work.slots, work.own_len if own else work.slots,
         work.own_stride, scale * 1.4426950408889634, page_size,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=h_q, G=group, G_M=g_m, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
-        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, g_m), BLOCK_K=work.own_block, FLAT=flat,
+        HQ=h_q, G=group, G_M=g_m, HPP=hpp, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
+        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, hpp * g_m), BLOCK_K=max(1, work.own_block // hpp), FLAT=flat,
         EARLY=early, num_warps=4, **({"launch_pdl": True} if early else {}),
     )
     return out

@@ -50,7 +50,8 @@ class WorkConfig:
     fewer per call. 0 never folds.
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
-    own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS); None
+    own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS; a
+    program over several KV heads takes that many keys of all its heads together); None
     (the default) takes the small block when every own range of the plan fits in it. Decode
     graphs, whose tails grow from step to step, always take the large one.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
@@ -74,6 +75,9 @@ class WorkConfig:
     # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
     # benchmark trees and on decode steps; 16 was slower.
     merge_block: int = 4
+    # KV heads per merge program (a power of two; fewer where the model has fewer): None picks
+    # per call from its query rows (deft.merge_heads).
+    merge_heads: int | None = None
     # Partial launches of different tile classes run side by side on two CUDA streams (they
     # write disjoint partials), so one class's last wave overlaps the next class's programs.
     side_by_side: bool = True
@@ -90,9 +94,9 @@ class WorkConfig:
     @property
     def launch(self) -> dict[str, int | bool]:
         """The settings a launch reads, apart from how work is sized, by :class:`WorkPlan` field
-        name (merge_block, side_by_side, early_merge, warp_specialized). Work planned under
-        configs that differ only in sizing launches alike."""
-        return dict(merge_block=self.merge_block, side_by_side=self.side_by_side,
+        name (merge_block, merge_heads, side_by_side, early_merge, warp_specialized). Work planned
+        under configs that differ only in sizing launches alike."""
+        return dict(merge_block=self.merge_block, merge_heads=self.merge_heads, side_by_side=self.side_by_side,
                     early_merge=self.early_merge, warp_specialized=self.warp_specialized)
 
     def __post_init__(self) -> None:
@@ -105,6 +109,8 @@ class WorkConfig:
                 raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
         if self.merge_block < 1 or self.merge_block & (self.merge_block - 1):
             raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
+        if self.merge_heads is not None and (self.merge_heads < 1 or self.merge_heads & (self.merge_heads - 1)):
+            raise ValueError(f"merge_heads must be a power of two or None, got {self.merge_heads}")
         if self.own_block is not None and self.own_block not in OWN_BLOCKS:
             raise ValueError(f"own_block must be one of {OWN_BLOCKS} or None, got {self.own_block}")
         if self.small_node < 0 or self.fold_own < 0 or min(self.wide_tiles) < 0:
@@ -134,8 +140,9 @@ class WorkPlan:
     ranges each original query's merge program reads itself (None: the merge reads none);
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
-    own_block: keys per step of the merge's own-key loop (one of OWN_BLOCKS); early_merge,
-    warp_specialized: WorkConfig's.
+    own_block: keys per step of the merge's own-key loop, all its KV heads together (one of
+    OWN_BLOCKS); merge_heads,
+    early_merge, warp_specialized: WorkConfig's.
     """
 
     slots: torch.Tensor
@@ -149,6 +156,7 @@ class WorkPlan:
     partial_lse: torch.Tensor
     classes: tuple[TileClass, ...]
     merge_block: int
+    merge_heads: int | None = None
     own_start: torch.Tensor | None = None
     own_len: torch.Tensor | None = None
     own_stride: int = 0
