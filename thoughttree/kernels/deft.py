@@ -196,7 +196,7 @@ def _merge_kernel(
     if OWN_RANGES > 0:
         # The query's own keys, all visible, come first: they do not depend on the partials
         # (with EARLY, they are read while the partial launch finishes). An online softmax of
-        # their own on tensor cores, whose tiles have at least OWN_ROWS = 16 rows; the partials
+        # their own on tensor cores, whose tiles have OWN_ROWS rows (at least 16); the partials
         # are merged on R rows apart, so their tiles take no padding registers. The two are
         # joined at the end (a partial with log2-sum-exp L and output O is 2^L keys' worth of
         # weight on O). A step takes BLOCK_K keys of every KV head of the program: column c is
