@@ -209,9 +209,13 @@ def test_merge_programs_over_several_kv_heads(heads: int, h_q: int, h_kv: int, p
 
 
 def test_merge_heads_fit_the_model() -> None:
-    assert merge_heads(8, 64, 2) == 2 and merge_heads(2, 64, 6) == 2 and merge_heads(4, 64, 1) == 1
-    # Unasked: as many KV heads as leave 512 programs, at most four.
-    assert [merge_heads(None, q, 8) for q in (8, 64, 127, 128, 256, 4096)] == [1, 1, 1, 2, 4, 4]
-    assert merge_heads(None, 4096, 2) == 2 and merge_heads(None, 4096, 6) == 2
+    assert merge_heads(8, 64, 2, 4, 128) == 2 and merge_heads(2, 64, 6, 4, 128) == 2 and merge_heads(4, 64, 1, 4, 128) == 1
+    # Unasked: as many KV heads as leave 512 programs, at most four, and at most 16 x 128
+    # elements of a partial's rows (4 query heads of 128 per KV head: four KV heads).
+    assert [merge_heads(None, q, 8, 4, 128) for q in (8, 64, 127, 128, 256, 4096)] == [1, 1, 1, 2, 4, 4]
+    assert merge_heads(None, 4096, 2, 4, 128) == 2 and merge_heads(None, 4096, 6, 4, 128) == 2
+    assert merge_heads(None, 4096, 4, 8, 128) == 2  # 7 query heads per KV head, padded to 8
+    assert merge_heads(None, 4096, 8, 4, 256) == 2 and merge_heads(None, 4096, 8, 16, 128) == 1
+    assert merge_heads(None, 4096, 32, 1, 128) == 4  # one query head per KV head
     with pytest.raises(ValueError, match="merge_heads must be a power of two"):
         WorkConfig(merge_heads=3)

@@ -300,25 +300,30 @@ def _hopper(device: torch.device) -> bool:
 
 MERGE_PROGRAMS = 512  # the merge programs a call keeps at least when it groups KV heads
 MERGE_HEADS = 4  # the most KV heads a merge program takes unasked
+MERGE_TILE = 16 * 128  # the most elements of one partial's rows a grouped program holds unasked
 
 
-def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int) -> int:
+def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int, rows_per_head: int, head_dim: int) -> int:
     """KV heads each merge program takes: ``asked`` (WorkConfig.merge_heads), else the most, up
-    to MERGE_HEADS, that leave MERGE_PROGRAMS programs; at most the largest power of two that
-    divides the model's KV heads.
+    to MERGE_HEADS, that leave MERGE_PROGRAMS programs and keep a partial's rows (``rows_per_head``
+    padded query heads of ``head_dim`` padded elements per KV head) within MERGE_TILE; at most
+    the largest power of two that divides the model's KV heads.
 
     A merge program waits on a chain of dependent loads (its own keys' slots, their K and V,
     then its partials), so with many programs a call takes several rounds of that latency. One
     program over several KV heads reads their rows in the same loads. On an H200 (Llama-3-8B
-    heads, whole calls): with 256 queries, 4 KV heads per program took 3.5-9.5% less time than
-    one and 8 no less than 4; with 64 queries or fewer, grouping ranged from 2% faster to 30%
-    slower (BENCHMARKS.md).
+    heads: 4 query heads of 128 per KV head, whole calls): with 256 queries, 4 KV heads per
+    program took 3.5-9.5% less time than one and 8 no less than 4; with 64 queries or fewer,
+    grouping ranged from 2% faster to 30% slower (BENCHMARKS.md). Larger rows per program than
+    measured there (more query heads per KV head, wider heads) group fewer KV heads, so a
+    program never holds more partial rows in flight than that.
     """
     most = num_kv_heads & -num_kv_heads
     if asked is not None:
         return min(asked, most)
+    cap = min(MERGE_HEADS, most, max(1, MERGE_TILE // (rows_per_head * head_dim)))
     heads = 1
-    while heads < min(MERGE_HEADS, most) and num_queries * num_kv_heads // (2 * heads) >= MERGE_PROGRAMS:
+    while heads < cap and num_queries * num_kv_heads // (2 * heads) >= MERGE_PROGRAMS:
         heads *= 2
     return heads
 
@@ -398,7 +403,7 @@ def run_work(
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
         return out
-    hpp = merge_heads(work.merge_heads, num_q, h_kv)
+    hpp = merge_heads(work.merge_heads, num_q, h_kv, g_m, d_pad)
     _merge_kernel[(num_q, h_kv // hpp)](
         work.partial_o, work.partial_lse, work.merge_offsets, work.merge_rows, out,
         out.stride(0), out.stride(1),
