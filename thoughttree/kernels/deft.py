@@ -172,6 +172,13 @@ def _first_rows_2d(x, G_M: tl.constexpr, ROWS: tl.constexpr, D_PAD: tl.constexpr
     return tl.sum(tl.where(tl.arange(0, ROWS // G_M)[:, None, None] == 0, x3, 0.0), axis=0)
 
 
+@triton.jit
+def _query_heads(h0, rows, G: tl.constexpr, G_M: tl.constexpr):
+    """Query head of each merge row when a program takes the KV heads from ``h0`` on: row r is
+    query head r % G_M of KV head h0 + r // G_M; and whether it is a real head (r % G_M < G)."""
+    return (h0 + rows // G_M) * G + rows % G_M, rows % G_M < G
+
+
 @triton.jit(do_not_specialize=["own_stride"])  # the row count: one compiled merge for every batch
 def _merge_kernel(
     PO, PLSE, OFFSETS, ROWS, OUT, stride_ot, stride_oh,
@@ -181,14 +188,12 @@ def _merge_kernel(
     BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, OWN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
     FLAT: tl.constexpr, EARLY: tl.constexpr,
 ):
-    # One program per (query, HPP consecutive KV heads); row r is KV head h0 + r // G_M, query
-    # head G * (h0 + r // G_M) + r % G_M of it (rows past G of each KV head are padding).
+    # One program per (query, HPP consecutive KV heads), G_M rows per KV head (_query_heads).
     query = tl.program_id(0)
     h0 = tl.program_id(1) * HPP
     R: tl.constexpr = HPP * G_M
     r = tl.arange(0, R)
-    head = (h0 + r // G_M) * G + r % G_M
-    g_ok = r % G_M < G
+    head, g_ok = _query_heads(h0, r, G, G_M)
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < D
     first = tl.load(OFFSETS + query)
@@ -202,9 +207,10 @@ def _merge_kernel(
         # weight on O). A step takes BLOCK_K keys of every KV head of the program: column c is
         # key c // HPP of KV head h0 + c % HPP, and a row sees only its own KV head's columns.
         r16 = tl.arange(0, OWN_ROWS)
+        head16, real16 = _query_heads(h0, r16, G, G_M)
         q = tl.load(
-            Q + query.to(tl.int64) * stride_qt + ((h0 + r16 // G_M) * G + r16 % G_M)[:, None] * stride_qh + offs_d[None, :],
-            mask=((r16 < R) & (r16 % G_M < G))[:, None] & d_ok[None, :],
+            Q + query.to(tl.int64) * stride_qt + head16[:, None] * stride_qh + offs_d[None, :],
+            mask=((r16 < R) & real16)[:, None] & d_ok[None, :],
             other=0.0,
         )
         ranges = tl.arange(0, OWN_RANGES)

@@ -51,7 +51,7 @@ class WorkConfig:
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
     own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS; a
-    program over several KV heads takes that many keys of all its heads together); None
+    program over several KV heads divides them among its heads); None
     (the default) takes the small block when every own range of the plan fits in it. Decode
     graphs, whose tails grow from step to step, always take the large one.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
@@ -141,8 +141,7 @@ class WorkPlan:
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
     own_block: keys per step of the merge's own-key loop, all its KV heads together (one of
-    OWN_BLOCKS); merge_heads,
-    early_merge, warp_specialized: WorkConfig's.
+    OWN_BLOCKS); merge_heads, early_merge, warp_specialized: WorkConfig's.
     """
 
     slots: torch.Tensor
