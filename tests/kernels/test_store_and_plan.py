@@ -280,3 +280,31 @@ def test_the_merge_reads_own_keys_in_the_smallest_block_that_holds_every_range(l
         assert tree_work(plan, 8, 2, 32, WorkConfig(num_sms=4, own_block=forced)).own_block == forced
     with pytest.raises(ValueError, match="own_block"):
         WorkConfig(own_block=24)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=12), st.integers(0, 2**16), st.sampled_from([1, 4]))
+def test_an_item_holds_exactly_the_keys_its_queries_see(draws: list[int], seed: int, group: int) -> None:
+    # The kernels size their loops by an item's length, not by its queries: it must be the most
+    # keys any of them sees in the chunk (its queries below the node see the whole chunk, the
+    # node's own queries a causal prefix), so no visible key is left out and none unseen is read.
+    rng = np.random.default_rng(seed)
+    parents = [-1] + [int(x % (i + 1)) for i, x in enumerate(draws[1:])]
+    lengths = rng.choice([1, 3, 17, 40, 90], len(parents))
+    slots = np.split(rng.permutation(int(lengths.sum())), np.cumsum(lengths)[:-1])
+    queries = rng.integers(0, len(parents), int(rng.integers(1, 40)))
+    visible = rng.integers(1, lengths[queries] + 1)
+    plan = plan_tree_attention(np.array(parents), slots, queries, visible, page_size=4, device="cpu")
+    cfg = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0), small_node=0, fold_unshared=False)
+    host = tree_host_work(plan, 8 * group, 8, 64, cfg)
+    starts = {}
+    for _, _, t0, node, *_ in host.items.tolist():
+        starts.setdefault(node, set()).add(t0)
+    for _, length, t0, node, q_start, q_count, _ in host.items.tolist():
+        later = [t for t in starts[node] if t > t0]
+        chunk = (min(later) if later else int(lengths[node])) - t0
+        seen = [
+            min(int(host.q_vis[r]) - t0, chunk) if host.q_node[r] == node else chunk
+            for r in range(q_start, q_start + q_count)
+        ]
+        assert length == max(seen) and min(seen) >= 1

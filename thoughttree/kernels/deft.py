@@ -104,10 +104,10 @@ def _partial_kernel(
     qnode = tl.load(QNODE + q_start + qi, mask=row_ok, other=-2)
     qvis = tl.load(QVIS + q_start + qi, mask=row_ok, other=0)
     # Keys [0, lim) of this chunk are visible: all for queries below the node, a causal prefix
-    # for the node's own queries, none for padding rows.
+    # for the node's own queries, none for padding rows. The item's length is the longest lim,
+    # so the loop and its first K/V loads need not wait for these loads.
     lim = tl.where(qnode == node, tl.minimum(qvis - t0, kv_len), kv_len)
     lim = tl.where(row_ok, lim, 0)
-    end = tl.max(lim, axis=0)
 
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < D
@@ -123,16 +123,16 @@ def _partial_kernel(
     if PREFETCH:
         # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
         # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
-        ok = tile < end
+        ok = tile < kv_len
         k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
-        ok1 = tile + BLOCK_N < end
+        ok1 = tile + BLOCK_N < kv_len
         k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT)
         v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT)
-        for n0 in range(0, end, BLOCK_N):
-            ok1 = n0 + BLOCK_N + tile < end
+        for n0 in range(0, kv_len, BLOCK_N):
+            ok1 = n0 + BLOCK_N + tile < kv_len
             k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
             v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
-            ok2 = n0 + 2 * BLOCK_N + tile < end
+            ok2 = n0 + 2 * BLOCK_N + tile < kv_len
             k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT)
             v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, True)
@@ -141,9 +141,9 @@ def _partial_kernel(
     else:
         # Tiles that every row sees whole skip the mask: all of them unless the node's own
         # queries see a causal prefix of the chunk.
-        whole = tl.min(tl.where(row_ok, lim, end), axis=0)
-        for n0 in range(0, end, BLOCK_N):
-            ok = n0 + tile < end
+        whole = tl.min(tl.where(row_ok, lim, kv_len), axis=0)
+        for n0 in range(0, kv_len, BLOCK_N):
+            ok = n0 + tile < kv_len
             k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, n0 + BLOCK_N > whole)
 

@@ -178,19 +178,19 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
 
 
 @gluon.jit
-def _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
+def _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, kv_len, h, page_size,
               stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles,
               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FLAT: gl.constexpr, PW: gl.constexpr):
-    """Gather each tile's K and V rows into the ring; keys past ``end`` are zero-filled."""
+    """Gather each tile's K and V rows into the ring; keys past ``kv_len`` are zero-filled."""
     L: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [PW, 1], [1, 0])
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, L))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, L))
-    ok = offs_n < end
+    ok = offs_n < kv_len
     slot = gl.load(SLOTS + kv_start + offs_n, mask=ok, other=0)
     for j in range(n_tiles):
         st = j % STAGES
         nxt = (j + 1) * BLOCK_N + offs_n
-        ok_next = nxt < end
+        ok_next = nxt < kv_len
         slot_next = gl.load(SLOTS + kv_start + nxt, mask=ok_next, other=0)  # one tile ahead
         if FLAT:  # pages back to back: a slot is a row
             k_row = slot.to(gl.int64) * stride_ks
@@ -213,10 +213,10 @@ def _partition(args, ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: g
                STAGES: gl.constexpr, FLAT: gl.constexpr, PW: gl.constexpr, NC: gl.constexpr):
     # Every partition gets the same arguments: ROLE 0 .. NC - 1 are the consumers, NC the producer.
     (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-     kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+     kv_start, q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, page_size,
      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles) = args
     if ROLE == NC:
-        _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, end, h, page_size,
+        _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, kv_len, h, page_size,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT, PW)
     else:
         _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
@@ -246,16 +246,9 @@ def ws_partial_kernel(
     q_start = gl.load(item + 4)
     q_count = gl.load(item + 5)
     part_base = gl.load(item + 6)
-    # Keys any row sees: every partition runs the same number of tiles.
-    R: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    rows = gl.arange(0, 64 * NC, layout=R)
-    qi = rows // G
-    row_ok = qi < q_count
-    qnode = gl.load(QNODE + q_start + qi, mask=row_ok, other=-2)
-    qvis = gl.load(QVIS + q_start + qi, mask=row_ok, other=0)
-    lim = gl.where(qnode == node, gl.minimum(qvis - t0, kv_len), kv_len)
-    end = gl.max(gl.where(row_ok, lim, 0), axis=0)
-    n_tiles = gl.maximum((end + BLOCK_N - 1) // BLOCK_N, 1)
+    # Every partition runs the same number of tiles, over the keys any row sees: the item's
+    # length (workplan's items), so the producer's first copies wait for no query's loads.
+    n_tiles = gl.maximum((kv_len + BLOCK_N - 1) // BLOCK_N, 1)
 
     dtype: gl.constexpr = Q.dtype.element_ty
     SW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
@@ -276,7 +269,7 @@ def ws_partial_kernel(
         # gave wrong partials on an H200. The consumer never reads this argument.
         turn = empty
     args = (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
-            kv_start, q_start, q_count, node, t0, kv_len, end, h, part_base, scale_log2, page_size,
+            kv_start, q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, page_size,
             stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles)
     if NC == 2:
         gl.warp_specialize([

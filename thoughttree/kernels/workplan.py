@@ -21,8 +21,9 @@ import torch
 from .plan import TreePlan
 from .topology import concat_ranges
 
-# Item columns (int32): slot offset, chunk length, first token inside the node, node id (-1: no
-# own-node queries), first reordered query, query count, first partial row.
+# Item columns (int32): slot offset, keys its queries see (the chunk's length, or the longest
+# causal prefix of it when all are the node's own queries), first token inside the node, node id
+# (-1: no own-node queries), first reordered query, query count, first partial row.
 ITEM_FIELDS = 7
 OWN_PIECE = 512  # most tokens of a query's unshared short nodes one program reads
 # Own ranges per query, read by the merge program itself: 0, the short nodes on its path;
@@ -629,22 +630,23 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     i_chunk = np.arange(len(c_node)).repeat(c_blocks)
     i_block = concat_ranges(0, c_blocks)
     i_qstart = q_first[i_chunk] + i_block * c_per[i_chunk]
-    items = item_rows(
-        len(i_chunk),
-        plan.node_offsets[c_node[i_chunk]] + t0[i_chunk],
-        (t1 - t0)[i_chunk],
-        t0[i_chunk],
-        c_node[i_chunk],
-        i_qstart,
-        np.minimum(c_per[i_chunk], q_end[i_chunk] - i_qstart),
-    )
+    i_count = np.minimum(c_per[i_chunk], q_end[i_chunk] - i_qstart)
+    i_t0, i_node = t0[i_chunk], c_node[i_chunk]
+    # Keys the item's queries see: the whole chunk, unless they are all the node's own (those
+    # come first) and see a causal prefix of it, the longest ending at the block's last query.
+    # The kernels size their loops by this column, so their first K/V loads wait for no query.
+    q_node, q_vis = qn[q_perm], qv[q_perm]
+    last = i_qstart + i_count - 1
+    i_len = (t1 - t0)[i_chunk]
+    i_len = np.where(q_node[last] == i_node, np.minimum(q_vis[last] - i_t0, i_len), i_len)
+    items = item_rows(len(i_chunk), plan.node_offsets[i_node] + i_t0, i_len, i_t0, i_node, i_qstart, i_count)
     own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg)
     return layout(
         plan.num_queries,
         np.concatenate([plan.slots, own_slots]),
         np.concatenate([items, own_items]),
         np.concatenate([c_cls[i_chunk], np.zeros(len(own_items), dtype=np.int64)]),
-        shapes, q_perm, qn[q_perm], qv[q_perm], own_start, fold_len, launch_order,
+        shapes, q_perm, q_node, q_vis, own_start, fold_len, launch_order,
     )
 
 
