@@ -10,7 +10,7 @@ import torch
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
 
-from thoughttree.kernels import deft_ws
+from thoughttree.kernels import deft, deft_ws
 from thoughttree.kernels.deft import _launch_partials, deft_work
 from thoughttree.kernels.workplan import TILE_NEEDS, programs_per_sm
 
@@ -214,3 +214,20 @@ def test_merge_programs_over_several_kv_heads_on_gpu(heads: int | None) -> None:
     q, k, v, plan = build(parents, lengths, list(range(1, 257)), None, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
     assert deft_work(plan, 32, 8, 128, WorkConfig()).own_start is not None
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=WorkConfig(merge_heads=heads)), q, k, v, plan)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_merge_own_key_pipeline_depths_agree(heads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 48 leaves of 1 to 128 keys under a 2k prompt, each read by its query's merge in one to
+    # sixteen steps: every pipeline depth of that loop gives the reference's answer, bitwise alike.
+    rng = np.random.default_rng(0)
+    lengths = [2048] + rng.integers(1, 129, 48).tolist()
+    q, k, v, plan = build([-1] + [0] * 48, lengths, list(range(1, 49)), None, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
+    cfg = WorkConfig(merge_heads=heads)
+    assert deft_work(plan, 32, 8, 128, cfg).own_longest == max(lengths[1:])
+    outs = []
+    for stages in (1, 2, 3):
+        monkeypatch.setattr(deft, "OWN_STAGES", stages)
+        outs.append(deft_tree_attention(q, k, v, plan, config=cfg))
+        assert_close_to_reference(outs[-1], q, k, v, plan)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])

@@ -142,7 +142,8 @@ class WorkPlan:
     partial_o [P, H_q, D] float32 (normalised partial outputs); partial_lse [P, H_q] float32
     (their log2-sum-exp); side_by_side: launch the classes on two streams (WorkConfig's);
     own_block: keys per step of the merge's own-key loop, all its KV heads together (one of
-    OWN_BLOCKS); merge_heads, early_merge, warp_specialized: WorkConfig's.
+    OWN_BLOCKS); own_longest: the most own keys of any query in one range (what the loop's
+    pipeline depth is chosen for); merge_heads, early_merge, warp_specialized: WorkConfig's.
     """
 
     slots: torch.Tensor
@@ -162,6 +163,7 @@ class WorkPlan:
     own_stride: int = 0
     side_by_side: bool = True
     own_block: int = OWN_BLOCKS[-1]
+    own_longest: int = 0
     early_merge: bool = True
     warp_specialized: bool = True
 
@@ -562,6 +564,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
         own_len=dev[8] if folds else None,
         own_stride=len(host.q_perm),
         own_block=cfg.own_block or (OWN_BLOCKS[0] if own_max <= OWN_BLOCKS[0] else OWN_BLOCKS[-1]),
+        own_longest=own_max,
         **cfg.launch,
     )
 
