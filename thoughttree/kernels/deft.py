@@ -198,6 +198,10 @@ def _merge_kernel(
     d_ok = offs_d < D
     first = tl.load(OFFSETS + query)
     last = tl.load(OFFSETS + query + 1)
+    # Partial row ids are the plan's, not the partial launch's output: each step's are loaded a
+    # step ahead, the first before the own keys and the wait for the partials.
+    offs_b = tl.arange(0, BLOCK_P)
+    prow_next = tl.load(ROWS + first + offs_b, mask=first + offs_b < last, other=0)
     if OWN_RANGES > 0:
         # The query's own keys, all visible, come first: they do not depend on the partials
         # (with EARLY, they are read while the partial launch finishes). An online softmax of
@@ -243,12 +247,12 @@ def _merge_kernel(
     l = tl.zeros([R], tl.float32)
     acc = tl.zeros([R, D_PAD], tl.float32)
     # BLOCK_P partials per step (WorkConfig.merge_block), in path order: deterministic. Their
-    # row ids and log2-sum-exps come in one load each; the unrolled loop then issues all
-    # BLOCK_P output loads before it needs any of them.
-    offs_b = tl.arange(0, BLOCK_P)
+    # log2-sum-exps come in one load; the unrolled loop then issues all BLOCK_P output loads
+    # before it needs any of them.
     for i in range(first, last, BLOCK_P):
         p_ok = i + offs_b < last
-        prow = tl.load(ROWS + i + offs_b, mask=p_ok, other=0).to(tl.int64)
+        prow = prow_next.to(tl.int64)
+        prow_next = tl.load(ROWS + i + BLOCK_P + offs_b, mask=i + BLOCK_P + offs_b < last, other=0)
         idx = prow[:, None] * HQ + head[None, :]  # [BLOCK_P, R]
         lse = tl.load(PLSE + idx, mask=p_ok[:, None] & g_ok[None, :], other=_NEG)
         m_new = tl.maximum(m, tl.max(lse, axis=0))
