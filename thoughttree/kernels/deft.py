@@ -313,9 +313,10 @@ def _hopper(device: torch.device) -> bool:
 MERGE_PROGRAMS = 512  # the merge programs a call keeps at least when it groups KV heads
 MERGE_HEADS = 4  # the most KV heads a merge program takes unasked
 MERGE_TILE = 16 * 128  # the most elements of one partial's rows a grouped program holds unasked
-# Pipeline depth of the merge's own-key loop where a query's own keys take that many steps or
-# more (fewer steps, as deep as the steps): on an H200, 128-key decode tails read 4 heads x 8
-# keys a step took 12% less time per call with 3 stages than with none (BENCHMARKS.md).
+# Most pipeline stages of the merge's own-key loop: a call takes one per step of its longest own
+# range, up to this many. On an H200, calls whose 128-key decode tails take 16 steps (4 KV heads
+# of 8 keys a step) were 11% faster with 3 stages than with none, and 4% faster than with 2
+# (BENCHMARKS.md).
 OWN_STAGES = 3
 
 
