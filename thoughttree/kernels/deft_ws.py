@@ -117,6 +117,12 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     # Keys [0, lim) of the chunk are visible, as in deft._partial_kernel.
     lim = gl.where(qnode == node, gl.minimum(qvis - t0, kv_len), kv_len)
     lim = gl.where(row_ok, lim, 0)
+    # With two consumers, tiles that every row sees whole skip the mask, as in
+    # deft._partial_kernel: all but a ragged last one, unless a row is one of the node's own
+    # queries (a causal prefix). 64 fewer instructions per warp and tile, 5-6% off the longest
+    # launches on an H200; the one-consumer tile kept it, as skipping was 1-2% slower on some
+    # small calls there (BENCHMARKS.md).
+    whole = gl.min(gl.where(row_ok, lim, kv_len), axis=0)
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
     m_i = gl.full([64], _NEG, gl.float32, gl.SliceLayout(1, S_L))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, S_L))
@@ -148,7 +154,10 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
         o_tok = warpgroup_mma(p_a, vbuf.index(prev), acc, is_async=True)
         _pass_turn(turn, W, NC)
         s = warpgroup_mma_wait(1, deps=[s_tok])  # the scores; P·V of tile j-1 still runs
-        s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
+        if NC == 1:
+            s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
+        elif (j + 1) * BLOCK_N > whole:
+            s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
         p = gl.exp2(s * scale_log2 - m_new[:, None])
         alpha = gl.exp2(m_i - m_new)
