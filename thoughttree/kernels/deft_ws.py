@@ -154,9 +154,7 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
         o_tok = warpgroup_mma(p_a, vbuf.index(prev), acc, is_async=True)
         _pass_turn(turn, W, NC)
         s = warpgroup_mma_wait(1, deps=[s_tok])  # the scores; P·V of tile j-1 still runs
-        if NC == 1:
-            s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
-        elif (j + 1) * BLOCK_N > whole:
+        if NC == 1 or (j + 1) * BLOCK_N > whole:
             s = gl.where((j * BLOCK_N + cols)[None, :] < lim[:, None], s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
         p = gl.exp2(s * scale_log2 - m_new[:, None])
