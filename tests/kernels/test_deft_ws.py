@@ -26,6 +26,11 @@ def test_fits_needs_head_dim_128_and_16_byte_rows() -> None:
     assert not deft_ws.fits(shifted, k) and not deft_ws.fits(k, shifted)
     wide = torch.zeros(6, 16, 8, 136, dtype=k.dtype)[..., :128]  # rows 272 bytes apart
     assert not deft_ws.fits(wide, wide)
+    # Offsets past 2**31 elements: the producer's 32-bit arithmetic cannot reach them.
+    edge = 2**31 // (16 * 8 * 128)
+    big = torch.empty(edge + 1, 16, 8, 128, dtype=k.dtype, device="meta")
+    assert deft_ws.int32_offsets(big[:edge]) and not deft_ws.int32_offsets(big)
+    assert not deft_ws.fits(big, big) and not deft_ws.fits(k, big)
     assert not _hopper(torch.device("cpu"))
 
 
