@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, store_kv, store_kv_reference, tree_attention
+from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, plan_tree_attention, store_kv, store_kv_reference, tree_attention
 
 from thoughttree.kernels import deft, deft_ws
 from thoughttree.kernels.deft import _launch_partials, deft_work
@@ -134,7 +134,7 @@ def test_tile_needs_match_the_compiled_kernels() -> None:
     smem, regs = props.shared_memory_per_multiprocessor, props.regs_per_multiprocessor
     flat = k.stride(0) == 16 * k.stride(1) and v.stride(0) == 16 * v.stride(1)
     for shape, tc in shapes.items():
-        compiled = _launch_partials(q, k, v, work, tc, 128**-0.5, 16, 4, 128, 128, flat)
+        compiled = _launch_partials(q, k, v, work, tc, 128**-0.5, 16, 4, 128, 128, flat, deft_ws.int32_offsets(k, v))
         needs = (compiled.metadata.shared, compiled.n_regs)
         assert programs_per_sm(shape, 128, smem, regs, needs) == programs_per_sm(shape, 128, smem, regs), (
             f"tile {shape}: compiled kernel takes {needs} (shared bytes, registers), table says {TILE_NEEDS[shape]}")
@@ -204,6 +204,29 @@ def test_warp_specialized_tile_declines_caches_it_cannot_copy_by_16_bytes() -> N
     assert not deft_ws.fits(k_off, v_off) and deft_ws.fits(k, v)
     wide = WorkConfig(wide_tiles=(0, 0))
     assert torch.equal(deft_tree_attention(q, k_off, v_off, plan, config=wide), deft_tree_attention(q, k, v, plan, config=wide))
+
+
+def test_caches_past_two_to_the_31_elements_take_64_bit_offsets() -> None:
+    # The same tree with its pages at the end of caches of more than 2**31 elements (4.3 GB
+    # each): no 32-bit offset reaches them, so the warp-specialised tile declines them and the
+    # Triton tile and the merge (which reads the leaves) compute offsets in 64 bits.
+    parents, lengths = [-1] + [0] * 64, [3000] + [37] * 64
+    qn = list(range(1, 65))
+    q, k, v, plan = build(parents, lengths, qn, None, h_q=32, h_kv=8, d=128, page_size=16, dtype=torch.bfloat16, device="cuda")
+    pages = k.shape[0]
+    far = 2**31 // (16 * 8 * 128) + 1  # the first page past 2**31 elements
+    big_k = torch.empty(far + pages, *k.shape[1:], dtype=k.dtype, device="cuda")
+    big_v = torch.empty_like(big_k)
+    big_k[far:], big_v[far:] = k, v
+    assert deft_ws.fits(k, v) and not deft_ws.fits(big_k, big_v)
+    slots = [plan.slots[plan.node_offsets[i] : plan.node_offsets[i + 1]] + far * 16 for i in range(len(parents))]
+    far_plan = plan_tree_attention(parents, slots, qn, page_size=16, device="cuda")
+    triton_tile = WorkConfig(warp_specialized=False)
+    near = deft_tree_attention(q, k, v, plan, config=triton_tile)
+    assert_close_to_reference(near, q, k, v, plan)
+    assert torch.equal(deft_tree_attention(q, big_k, big_v, far_plan), near)
+    del big_k, big_v
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.parametrize("heads", [None, 1, 2, 4, 8])

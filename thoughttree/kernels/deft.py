@@ -32,10 +32,13 @@ _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows nev
 
 
 @triton.jit
-def _kv_rows(SLOTS, idx, ok, page_size, stride_p, stride_s, FLAT: tl.constexpr):
-    """Element offsets of the cache rows of the slots ``SLOTS[idx]``."""
-    slot = tl.load(SLOTS + idx, mask=ok, other=0).to(tl.int64)
-    if FLAT:  # pages back to back: a slot is a row, no 64-bit division per key
+def _kv_rows(SLOTS, idx, ok, page_size, stride_p, stride_s, FLAT: tl.constexpr, OFF32: tl.constexpr):
+    """Element offsets of the cache rows of the slots ``SLOTS[idx]``: in 32 bits when ``OFF32``
+    (every offset in the caches fits, :func:`deft_ws.int32_offsets`), else in 64."""
+    slot = tl.load(SLOTS + idx, mask=ok, other=0)
+    if not OFF32:
+        slot = slot.to(tl.int64)
+    if FLAT:  # pages back to back: a slot is a row, no division per key
         return slot * stride_s
     page = slot // page_size
     return page * stride_p + (slot - page * page_size) * stride_s
@@ -43,10 +46,10 @@ def _kv_rows(SLOTS, idx, ok, page_size, stride_p, stride_s, FLAT: tl.constexpr):
 
 @triton.jit
 def _kv_tile(K, V, SLOTS, idx, ok, h, page_size, offs_d, d_ok,
-             stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT: tl.constexpr):
+             stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT: tl.constexpr, OFF32: tl.constexpr):
     """K and V of KV head ``h`` at the slots ``SLOTS[idx]`` ([N, D_PAD] each; zero where not ``ok``)."""
-    k_row = _kv_rows(SLOTS, idx, ok, page_size, stride_kp, stride_ks, FLAT)
-    v_row = _kv_rows(SLOTS, idx, ok, page_size, stride_vp, stride_vs, FLAT)
+    k_row = _kv_rows(SLOTS, idx, ok, page_size, stride_kp, stride_ks, FLAT, OFF32)
+    v_row = _kv_rows(SLOTS, idx, ok, page_size, stride_vp, stride_vs, FLAT, OFF32)
     mask = ok[:, None] & d_ok[None, :]
     k = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     v = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
@@ -81,7 +84,7 @@ def _partial_kernel(
     first_item, scale_log2, page_size,
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NFIELDS: tl.constexpr, FLAT: tl.constexpr, OFF32: tl.constexpr,
     PREFETCH: tl.constexpr, EARLY: tl.constexpr,
 ):
     if EARLY:  # the merge may launch once every program here has started; it waits for the end
@@ -124,17 +127,17 @@ def _partial_kernel(
         # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
         # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
         ok = tile < kv_len
-        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
+        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
         ok1 = tile + BLOCK_N < kv_len
-        k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT)
-        v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT)
+        k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT, OFF32)
+        v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT, OFF32)
         for n0 in range(0, kv_len, BLOCK_N):
             ok1 = n0 + BLOCK_N + tile < kv_len
             k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
             v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
             ok2 = n0 + 2 * BLOCK_N + tile < kv_len
-            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT)
-            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT)
+            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT, OFF32)
+            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT, OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, True)
             k = k_next
             v = v_next
@@ -144,7 +147,7 @@ def _partial_kernel(
         whole = tl.min(tl.where(row_ok, lim, kv_len), axis=0)
         for n0 in range(0, kv_len, BLOCK_N):
             ok = n0 + tile < kv_len
-            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
+            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, n0 + BLOCK_N > whole)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -186,7 +189,7 @@ def _merge_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
     HQ: tl.constexpr, G: tl.constexpr, G_M: tl.constexpr, HPP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_P: tl.constexpr, OWN_RANGES: tl.constexpr, OWN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-    FLAT: tl.constexpr, EARLY: tl.constexpr, OWN_STAGES: tl.constexpr,
+    FLAT: tl.constexpr, OFF32: tl.constexpr, EARLY: tl.constexpr, OWN_STAGES: tl.constexpr,
 ):
     # One program per (query, HPP consecutive KV heads), G_M rows per KV head (_query_heads).
     query = tl.program_id(0)
@@ -234,7 +237,7 @@ def _merge_kernel(
             n = tl.sum(tl.where(ranges == i, own_lens, 0), axis=0)
             for n0 in tl.range(0, n, BLOCK_K, num_stages=OWN_STAGES):
                 ok = n0 + key < n
-                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT)
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
                 s = tl.where(mine & ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
                 m2, l2, acc2 = _softmax_step(s, v, m2, l2, acc2, scale_log2)
         if OWN_ROWS > R:  # the rows of the query heads
@@ -353,10 +356,11 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _launch_partials(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, work: WorkPlan, tc: TileClass, scale: float,
-    page_size: int, group: int, d: int, d_pad: int, flat: bool, early: bool = False,
+    page_size: int, group: int, d: int, d_pad: int, flat: bool, off32: bool, early: bool = False,
 ) -> object:
     """One partial launch: the items of tile class ``tc``, every KV head, on the current stream;
-    ``early``: the merge after it is launched early (see :class:`WorkConfig`).
+    ``flat``: pages back to back; ``off32``: cache offsets fit in 32 bits; ``early``: the merge
+    after it is launched early (see :class:`WorkConfig`).
 
     Returns the compiled kernel (its metadata holds the shared memory and registers it takes).
     """
@@ -377,7 +381,7 @@ def _launch_partials(
         )
     return _partial_kernel[(tc.num_items, h_kv)](
         *args, HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-        NFIELDS=ITEM_FIELDS, FLAT=flat, PREFETCH=tc.num_stages == 1, EARLY=early,
+        NFIELDS=ITEM_FIELDS, FLAT=flat, OFF32=off32, PREFETCH=tc.num_stages == 1, EARLY=early,
         num_warps=tc.num_warps, num_stages=tc.num_stages,
     )
 
@@ -406,6 +410,7 @@ def run_work(
         return out
     page_size = k_cache.shape[1]
     flat = k_cache.stride(0) == page_size * k_cache.stride(1) and v_cache.stride(0) == page_size * v_cache.stride(1)
+    off32 = deft_ws.int32_offsets(k_cache, v_cache)
     main = torch.cuda.current_stream(q.device) if q.is_cuda else None
     side = _side_stream(q.device) if main is not None and work.side_by_side and len(work.classes) > 1 else None
     # The merge launches early only right behind one partial launch on its own stream: with
@@ -415,7 +420,7 @@ def run_work(
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     for i, tc in enumerate(work.classes):
         with torch.cuda.stream(side) if side is not None and i > 0 else contextlib.nullcontext():
-            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, early)
+            _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, off32, early)
     if side is not None:
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
@@ -431,7 +436,7 @@ def run_work(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=h_q, G=group, G_M=g_m, HPP=hpp, D=d, D_PAD=d_pad, BLOCK_P=work.merge_block,
-        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, hpp * g_m), BLOCK_K=block_k, FLAT=flat,
+        OWN_RANGES=OWN_RANGES if own else 0, OWN_ROWS=max(16, hpp * g_m), BLOCK_K=block_k, FLAT=flat, OFF32=off32,
         EARLY=early, OWN_STAGES=stages, num_warps=4, **({"launch_pdl": True} if early else {}),
     )
     return out
