@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, tree_attention
+from thoughttree.kernels import deft_ws
 from thoughttree.kernels.deft import deft_work, merge_heads
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
@@ -150,6 +151,23 @@ def test_caches_whose_pages_are_not_back_to_back() -> None:
     k_strided, v_strided = pad(k), pad(v)
     assert k_strided.stride(0) != 8 * k_strided.stride(1)
     assert_close_to_reference(tree_attention(q, k_strided, v_strided, plan), q, k, v, plan)
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_64_bit_offsets_equal_32_bit_ones(flat: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Caches of more than 2**31 elements take 64-bit offsets in the partial tiles and the
+    # merge's own-key loop; here the small caches are made to take them too (a GPU test uses
+    # real 4.3 GB caches). Both arithmetics address the same keys: the same answer, bitwise.
+    parents, lengths = [-1, 0, 0, 0, 1], [70, 20, 9, 45, 3]
+    q, k, v, plan = build(parents, lengths, [4, 2, 3, 0], None, h_q=8, h_kv=2, page_size=8, **CPU)
+    if not flat:
+        k, v = (torch.cat([t, torch.zeros_like(t[:, :3])], dim=1)[:, :8] for t in (k, v))
+    config = replace(ALL_OWN, fold_unshared=True)
+    assert deft_work(plan, 8, 2, CPU["d"], config).own_start is not None  # the merge reads keys too
+    narrow = deft_tree_attention(q, k, v, plan, config=config)
+    monkeypatch.setattr(deft_ws, "int32_offsets", lambda *caches: False)
+    assert torch.equal(deft_tree_attention(q, k, v, plan, config=config), narrow)
+    assert_close_to_reference(narrow, q, k, v, plan)
 
 
 def test_long_chain_of_short_nodes_is_split() -> None:
