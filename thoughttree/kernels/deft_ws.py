@@ -8,13 +8,15 @@ split into warpgroups with their own jobs and registers:
   of shared-memory stages, loading each tile's slot ids one tile ahead, and signals
   a stage full through an mbarrier the copies themselves arrive on;
 - one or two consumer warpgroups of 64 query rows each multiply on the tensor cores. A consumer
-  issues tile j's scores and tile j-1's P·V as two asynchronous warpgroup MMAs, waits for the
-  scores alone and runs tile j's softmax while P·V is still on the tensor cores. Two consumers
-  take turns issuing (an mbarrier each way), so one exponentiates while the other multiplies.
+  issues tile j's scores and tile j-1's P·V as two asynchronous warpgroup MMAs and waits for
+  the scores alone before tile j's softmax (``ptxas`` then moves the wait for P·V up to the
+  softmax's start, as the new P takes P·V's operand registers; keeping it after the softmax
+  was slower, BENCHMARKS.md). Two consumers take turns issuing (an mbarrier each way), so one
+  exponentiates while the other multiplies.
 
 Triton's ``tl.dot`` waits for each MMA as it is issued, and its pipeline issues the K/V copies
 from the same warps that do the softmax: with 128 rows the Triton tile keeps the tensor cores
-about 47% busy on an H200, this one about 60% (BENCHMARKS.md). Hopper only (``warpgroup_mma``);
+about 47% busy on an H200, this one about 64% (BENCHMARKS.md). Hopper only (``warpgroup_mma``);
 head dim 128; float16 or bfloat16. Written against Triton 3.6-3.9 (one call renamed between them).
 """
 
