@@ -234,6 +234,12 @@ def test_the_longest_launch_goes_first() -> None:
     assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), cfg) == [128, 16]
     assert _launch_rows([-1] + [0] * 50, [20480] + [400] * 50, list(range(1, 51)), cfg) == [128, 16]
     assert _launch_rows([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)), cfg) == [16, 128]
+    # More programs than the GPU holds at once go last whatever their length: 100 leaves of 400
+    # keys under an 8k prompt are 800 16-row programs, more than 132 SMs hold (5 each); so are
+    # 100 leaves of 1000 keys. 64 leaves (512 programs) keep the longest-first order.
+    assert _launch_rows([-1] + [0] * 100, [8192] + [400] * 100, list(range(1, 101)), cfg) == [128, 16]
+    assert _launch_rows([-1] + [0] * 100, [8192] + [1000] * 100, list(range(1, 101)), cfg) == [128, 16]
+    assert _launch_rows([-1] + [0] * 64, [8192] + [400] * 64, list(range(1, 65)), cfg) == [16, 128]
     # Sized by waves there is no launch model: classes go narrowest first.
     assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), WorkConfig(num_sms=132, waves=2.0)) == [16, 128]
 
