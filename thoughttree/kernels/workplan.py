@@ -612,6 +612,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     launch_order = None
     if cfg.waves is None:
         chunk, launch_ns = _round_chunks(cls, work, n_len, blocks, chunk_args, model, num_kv_heads, cfg.rounds)
+        nchunks = -(-n_len // chunk)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
         # second: 72.5 µs against 79.2 in the other order). But a launch of more programs than
@@ -619,12 +620,12 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         # that frees, and the other launch's programs start only as it drains (an H200, 100
         # leaves of 400 keys in 800 16-row programs beside an 8k prompt: 89.0 µs after the
         # prompt's launch against 110.0 before it; BENCHMARKS.md).
-        programs = np.bincount(cls, weights=-(-n_len // chunk) * blocks, minlength=len(shapes)) * num_kv_heads
+        programs = np.bincount(cls, weights=nchunks * blocks, minlength=len(shapes)) * num_kv_heads
         launch_order = tuple(np.lexsort((-launch_ns, programs > model.slots)).tolist())
     else:
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
         chunk = _chunk_sizes(chunk_args[0], chunk_args[1], n_len, target, chunk_args[2])
-    nchunks = -(-n_len // chunk)
+        nchunks = -(-n_len // chunk)
     # One row per chunk.
     c_node = nodes.repeat(nchunks)
     c_idx = concat_ranges(0, nchunks)
