@@ -212,6 +212,29 @@ def test_work_sizing_keeps_memory_bound_launches_in_one_round() -> None:
     assert _class_items(*star, WorkConfig(num_sms=132))[16] == (400, 400)
 
 
+def test_a_wide_launch_leaves_sms_to_the_launches_beside_it() -> None:
+    # A 20k prompt's 50 query rows (two 128-row blocks, one program per SM) beside 50 leaves of
+    # 400 keys (400 16-row programs). Sized for all 132 SMs the prompt makes 16 items per KV head
+    # (128 programs) and leaves 4 SMs free; its share of the SMs by SM-time is 118, so 14 items
+    # (112 programs). 32 leaves of 256 keys under a 32k prompt are too little work to move it.
+    star = ([-1] + [0] * 50, [20480] + [400] * 50, list(range(1, 51)))
+    assert _class_items(*star, WorkConfig(num_sms=132, wide_sms=0)) == {128: (128, 2560), 16: (400, 400)}
+    assert _class_items(*star, WorkConfig(num_sms=132)) == {128: (112, 2944), 16: (400, 400)}
+    assert _class_items(*star, WorkConfig(num_sms=132, wide_sms=80))[128] == (80, 4096)  # forced
+    star = ([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)))
+    assert _class_items(*star, WorkConfig(num_sms=132))[128] == (128, 2048)
+    # No split where the leaves' launch does not fit the GPU at once (100 leaves: 800 programs),
+    # where the leaves' SM-time is more than half the prompt's (64 leaves of 1000 keys under an
+    # 8k prompt), or where there is no other launch.
+    for leaves, keys, prompt in ((100, 400, 20480), (64, 1000, 8192)):
+        star = ([-1] + [0] * leaves, [prompt] + [keys] * leaves, list(range(1, leaves + 1)))
+        assert _class_items(*star, WorkConfig(num_sms=132)) == _class_items(*star, WorkConfig(num_sms=132, wide_sms=0))
+    star = ([-1] + [0] * 64, [16384] + [1] * 64, list(range(1, 65)))
+    assert _class_items(*star, WorkConfig(num_sms=132, wide_sms=80)) == {128: (128, 2048)}
+    with pytest.raises(ValueError, match="wide_sms"):
+        WorkConfig(wide_sms=-1)
+
+
 def _launch_rows(parents: list[int], lengths: list[int], queries: list[int], cfg: WorkConfig) -> list[int]:
     """Tile rows of each partial launch, in launch order, of a plan with 32 query and 8 KV heads."""
     slots = np.split(np.arange(sum(lengths)), np.cumsum(lengths)[:-1])
@@ -228,18 +251,19 @@ def _launch_rows(parents: list[int], lengths: list[int], queries: list[int], cfg
 def test_the_longest_launch_goes_first() -> None:
     # Two tile classes of one call run side by side; the one the model expects to take longest
     # starts first, so the other's programs fill the SMs it leaves. A 32k prompt's 128-row launch
-    # outlasts its 32 leaves' 16-row launch several times over; 50 leaves of 200 keys under a 4k
-    # prompt take longer than the prompt (memory-bound launches counted 1.8 times the model).
+    # outlasts its 32 leaves' 16-row launch several times over; 64 leaves of 400 keys under an
+    # 8k prompt take longer than the prompt (memory-bound launches counted 1.8 times the model).
     cfg = WorkConfig(num_sms=132)
     assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), cfg) == [128, 16]
-    assert _launch_rows([-1] + [0] * 50, [20480] + [400] * 50, list(range(1, 51)), cfg) == [128, 16]
-    assert _launch_rows([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)), cfg) == [16, 128]
+    assert _launch_rows([-1] + [0] * 64, [8192] + [400] * 64, list(range(1, 65)), cfg) == [16, 128]
+    # A wide launch sized to leave SMs to the others goes first, even where it is the shorter.
+    assert _launch_rows([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)), cfg) == [128, 16]
+    assert _launch_rows([-1] + [0] * 50, [4096] + [200] * 50, list(range(1, 51)), WorkConfig(num_sms=132, wide_sms=0)) == [16, 128]
     # More programs than the GPU holds at once go last whatever their length: 100 leaves of 400
     # keys under an 8k prompt are 800 16-row programs, more than 132 SMs hold (5 each); so are
-    # 100 leaves of 1000 keys. 64 leaves (512 programs) keep the longest-first order.
+    # 100 leaves of 1000 keys. 64 leaves (512 programs) keep the longest-first order (above).
     assert _launch_rows([-1] + [0] * 100, [8192] + [400] * 100, list(range(1, 101)), cfg) == [128, 16]
     assert _launch_rows([-1] + [0] * 100, [8192] + [1000] * 100, list(range(1, 101)), cfg) == [128, 16]
-    assert _launch_rows([-1] + [0] * 64, [8192] + [400] * 64, list(range(1, 65)), cfg) == [16, 128]
     # Sized by waves there is no launch model: classes go narrowest first.
     assert _launch_rows([-1] + [0] * 32, [32768] + [256] * 32, list(range(1, 33)), WorkConfig(num_sms=132, waves=2.0)) == [16, 128]
 

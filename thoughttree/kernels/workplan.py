@@ -71,6 +71,10 @@ class WorkConfig:
     fold_unshared: bool = True
     own_block: int | None = None
     wide_tiles: tuple[int, int] = (128, 4096)
+    # SMs the class whose programs each take an SM (the 128-row tiles) is sized for where other
+    # launches share the call; None: the share :func:`_wide_split` gives it; 0: all of them, as
+    # every other class.
+    wide_sms: int | None = None
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
     # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
@@ -114,8 +118,8 @@ class WorkConfig:
             raise ValueError(f"merge_heads must be a power of two or None, got {self.merge_heads}")
         if self.own_block is not None and self.own_block not in OWN_BLOCKS:
             raise ValueError(f"own_block must be one of {OWN_BLOCKS} or None, got {self.own_block}")
-        if self.small_node < 0 or self.fold_own < 0 or min(self.wide_tiles) < 0:
-            raise ValueError(f"small_node, fold_own and wide_tiles must be non-negative, got {self}")
+        if self.small_node < 0 or self.fold_own < 0 or min(self.wide_tiles) < 0 or (self.wide_sms or 0) < 0:
+            raise ValueError(f"small_node, fold_own, wide_tiles and wide_sms must be non-negative, got {self}")
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,17 @@ START_NS = 1000.0  # a program's start-up: its item, query and slot-id loads bef
 # took 1.6-1.9x the model's time on an H200 (16-row leaves of three trees, each launch timed
 # alone); their estimates are scaled by this to order a call's launches.
 MEMORY_BOUND_SLOWDOWN = 1.8
+# ns per key (one KV head's K and V) a narrow launch's programs take on an SM of their own while
+# a wide launch runs beside them; fitted on an H200 to prompt-and-leaves trees (BENCHMARKS.md).
+FREE_SM_KEY_NS = 9.3
+# The share of an SM a narrow launch gets in the slot beside each program of a wide one (fitted
+# on the same trees).
+NEXT_TO_WIDE = 0.065
+# No split where the narrow launches' SM-time is more than this share of the wide one's: there
+# they are long leaves whose K and V reads set the call's time, and SMs taken from the wide
+# launch only lengthen it (on an H200, 64 leaves of 1000 keys beside an 8k prompt: 130.3 µs
+# split against 104.4).
+NARROW_SHARE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -378,6 +393,44 @@ def _round_chunks(
     )
     best = span.argmin(axis=0)  # the first minimum: the fewest items
     return chunks[best[cls], np.arange(len(cls))], span[best, model.classes] * model.order_scale
+
+
+def _wide_split(
+    cls: np.ndarray, keys: np.ndarray, items: np.ndarray, model: _LaunchModel, num_kv_heads: int, forced: int | None,
+) -> tuple[int, int] | None:
+    """(class, SMs to size it for) where a call's wide launch should leave SMs to the launches
+    beside it; None where it should not.
+
+    A wide class is one whose programs each need an SM to themselves (the 128-row tiles). Sized
+    for every SM, it leaves the narrow launches beside it (long leaves' 16-row programs) only the
+    one slot next to each of its programs, where they run slowly. Where it fits one round and the
+    others fit the GPU at once, it is sized for p SMs so that both end together: its SM-time A
+    over p SMs against theirs, B, over the sms - p SMs it leaves free plus NEXT_TO_WIDE of an SM
+    beside each of its programs: A / p = B / (sms - p + NEXT_TO_WIDE * p). SM-time is keys times
+    ``sm_key_ns`` (for narrow classes at least FREE_SM_KEY_NS). Not where B is more than
+    NARROW_SHARE of A. The split's wide launch goes first. On an H200, a 20k prompt's 50 query
+    rows beside 50 leaves of 400 keys: 72.3 µs in 14 items per KV head against 87.0 in 16
+    (BENCHMARKS.md). ``forced`` sizes the wide class for that many SMs wherever other launches
+    share the call.
+
+    cls, keys, items: [N] per shared node: tile class, keys times query blocks, items per KV head.
+    """
+    present = np.bincount(cls, minlength=len(model.slots)) > 0
+    wide = present & (model.slots == model.sms)
+    if forced == 0 or wide.sum() != 1 or present.sum() < 2:
+        return None
+    w = int(wide.argmax())
+    if forced is not None:
+        return w, forced
+    programs = np.bincount(cls, weights=items, minlength=len(model.slots)) * num_kv_heads
+    if (programs > model.slots).any():
+        return None
+    sm_ns = np.bincount(cls, weights=keys, minlength=len(model.slots)) * np.maximum(model.sm_key_ns, FREE_SM_KEY_NS)
+    a, b = sm_ns[w], sm_ns.sum() - sm_ns[w]
+    if b > a * NARROW_SHARE:
+        return None
+    sms = int(model.sms * a / (b + a * (1.0 - NEXT_TO_WIDE)))
+    return (w, sms) if sms < programs[w] else None
 
 
 @functools.cache
@@ -613,6 +666,15 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     if cfg.waves is None:
         chunk, launch_ns = _round_chunks(cls, work, n_len, blocks, chunk_args, model, num_kv_heads, cfg.rounds)
         nchunks = -(-n_len // chunk)
+        wide = _wide_split(cls, n_len * blocks, nchunks * blocks, model, num_kv_heads, cfg.wide_sms)
+        if wide is not None:
+            w, sms = wide
+            mine = cls == w
+            model_w = _class_model(tuple(shapes), head_dim, (sms, *limits[1:]))
+            chunk[mine] = _round_chunks(
+                cls[mine], work[mine], n_len[mine], blocks[mine], tuple(a[mine] for a in chunk_args), model_w, num_kv_heads, (1,),
+            )[0]
+            nchunks = -(-n_len // chunk)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
         # second: 72.5 µs against 79.2 in the other order). But a launch of more programs than
@@ -621,7 +683,8 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         # leaves of 400 keys in 800 16-row programs beside an 8k prompt: 89.0 µs after the
         # prompt's launch against 110.0 before it; BENCHMARKS.md).
         programs = np.bincount(cls, weights=nchunks * blocks, minlength=len(shapes)) * num_kv_heads
-        launch_order = tuple(np.lexsort((-launch_ns, programs > model.slots)).tolist())
+        first = np.arange(len(shapes)) != (-1 if wide is None else wide[0])  # a split's wide launch before the rest
+        launch_order = tuple(np.lexsort((-launch_ns, programs > model.slots, first)).tolist())
     else:
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
         chunk = _chunk_sizes(chunk_args[0], chunk_args[1], n_len, target, chunk_args[2])
