@@ -1,7 +1,7 @@
 """Tree attention on one GPU: DeFT kernels against per-sequence decoding, SDPA, FlexAttention and FlashInfer.
 
-    PYTHONPATH=. python3 benchmarks/tree_attention.py [--sweep] [--markdown PATH] [--backends LIST]
-        [--only-flashinfer] [--workloads NAMES] [--flashinfer-cache DIR] [--jit-only] [--smoke]
+    PYTHONPATH=. python3 benchmarks/tree_attention.py [--sweep] [--wide-sms LIST] [--rounds N] [--markdown PATH] [--backends LIST]
+        [--only-flashinfer] [--trees ten|family] [--workloads NAMES] [--flashinfer-cache DIR] [--jit-only] [--smoke]
 
 Per layer, Llama-3-8B heads (32 query heads, 8 KV heads, d=128, bf16), page size 16. Every
 timing replays a CUDA graph of one call with the L2 cache flushed before each replay. The floor
@@ -12,12 +12,16 @@ attention; its kernels are JIT-compiled on first use into $FLASHINFER_WORKSPACE_
 flashinfer (--flashinfer-cache), in a warm-up before any timing, so keep that folder between runs.
 --smoke runs rows 64x shorter on the CPU through the Triton interpreter (wall clock, no floor;
 minutes per row: pick one with --workloads, and leave out --sweep, which adds a run per config).
+--trees family runs prompt-and-leaves stars instead of the ten workloads; --wide-sms times ours
+with the 128-row class sized for each of those SM counts (WorkConfig.wide_sms; 0: the whole GPU);
+--rounds times those configs and the default alternated, for A/B tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -32,7 +36,7 @@ if not torch.cuda.is_available():  # the smoke run: Triton decides at decoration
 from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
 from tree_flashinfer_run import FLASHINFER_BACKENDS, TOLERANCE, WORKSPACE_BYTES, best, failed, load_flashinfer, time_rows, warm_up  # noqa: E402
 from tree_timing import Timer, config_label, host_probe, median_ms, roofs  # noqa: E402
-from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, WORKLOADS, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
+from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, TREES, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
 from thoughttree.kernels.deft import deft_work, run_work  # noqa: E402
@@ -43,7 +47,6 @@ PLAN_REPS = 51  # the plan column's median: the host's load moves it more than t
 SMOKE_SCALE = 64  # --smoke divides every node length by this (at least one token)
 WARM_UP = Workload("warm-up", (-1, 0, 0, 1), (40, 16, 5, 3), (2, 3, 1), (5, 2, 16))  # leaves at two depths
 SWEEP = (
-    WorkConfig(),
     WorkConfig(warp_specialized=False),  # the Triton tiles for the 64- and 128-row classes on Hopper too
     WorkConfig(side_by_side=False),  # tile classes launched one after another on one stream
     WorkConfig(early_merge=False),  # the merge launched after the partials end, not while they finish
@@ -54,6 +57,7 @@ SWEEP = (
     WorkConfig(fold_unshared=False),  # a node only one query sees gets partial items like the others
     WorkConfig(own_block=32),  # the merge reads own keys 32 per step even where 16 hold every range
     WorkConfig(merge_heads=1),  # one KV head per merge program whatever the query count
+    WorkConfig(wide_sms=0),  # a 128-row launch sized for every SM even beside other launches
 )
 COLS = ["workload", "ours µs", "ours partial+merge µs", "per-seq µs", "SDPA µs", "Flex µs", "FlashInfer best µs", "plan ms", "unique TB/s", "floor µs", "% floor", "× per-seq", "targets", "max |Δ|"]
 FI_COLS = ["workload", "FlashInfer backend", "µs", "plan() ms", "tables ms", "copied tokens", "max |Δ| to per-seq"]
@@ -66,7 +70,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
     ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated optional backends, from: " + ", ".join(BACKENDS) + " (ours and per-sequence always run)")
     ap.add_argument("--only-flashinfer", action="store_true", help="short run: ours, per-sequence and the FlashInfer backends only")
-    ap.add_argument("--workloads", help="comma-separated workload names (default: all ten)")
+    ap.add_argument("--wide-sms", default="", help="comma-separated SM counts to size the 128-row class for where other launches share the call (0: all SMs)")
+    ap.add_argument("--rounds", type=int, default=1, help="time the configs of --sweep and --wide-sms, with the default, this many times alternated (medians)")
+    ap.add_argument("--trees", choices=sorted(TREES), default="ten", help="the ten workloads, or the prompt-and-leaves family")
+    ap.add_argument("--workloads", help="comma-separated workload names (default: all of --trees)")
     ap.add_argument("--flashinfer-cache", help="FlashInfer's JIT cache base; sets FLASHINFER_WORKSPACE_BASE (default: that variable, else $HOME)")
     ap.add_argument("--jit-only", action="store_true", help="build FlashInfer's kernels into its cache, then stop")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: rows 64x shorter, Triton interpreter, wall clock")
@@ -80,17 +87,31 @@ def parse_args() -> argparse.Namespace:
     if args.no_flex or args.smoke:
         chosen = [b for b in chosen if b != "flex"]
     args.chosen = chosen
-    names = [w.name for w in WORKLOADS]
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
+    try:
+        args.wide = [WorkConfig(wide_sms=int(n)) for n in args.wide_sms.split(",") if n.strip()]
+    except ValueError as e:
+        ap.error(f"--wide-sms takes non-negative integers: {e}")
+    trees = TREES[args.trees]
+    names = [w.name for w in trees]
     want = [n.strip() for n in args.workloads.split(",") if n.strip()] if args.workloads else names
     missing = [n for n in want if n not in names]
     if missing:
-        ap.error(f"unknown workload {missing[0]!r}; choose from {', '.join(names)}")
-    args.rows = [w for w in WORKLOADS if w.name in want]
+        ap.error(f"unknown workload {missing[0]!r} in --trees {args.trees}; choose from {', '.join(names)}")
+    args.rows = [w for w in trees if w.name in want]
+    extra = (SWEEP if args.sweep else ()) + tuple(args.wide)
+    args.configs = (WorkConfig(),) + extra if extra else ()
     if args.smoke:
         args.rows = [Workload(w.name, w.parents, tuple(max(1, n // SMOKE_SCALE) for n in w.lengths), w.query_nodes, w.query_visible) for w in args.rows]
     if not args.smoke and not torch.cuda.is_available():
         ap.error("no CUDA device: run on a GPU, or pass --smoke for the CPU interpreter smoke run")
     return args
+
+
+def launches(work) -> str:
+    """A work plan's partial launches in launch order, as items per KV head @ query rows."""
+    return " + ".join(f"{c.num_items}@{c.block_m}" for c in work.classes) or "none"
 
 
 def markdown(path: str, tables: list[tuple[list[str], list[list[str]]]]) -> None:
@@ -192,12 +213,16 @@ def main() -> int:
         rows.append(row)
         if diff > TOLERANCE:
             wrong.append(f"{w.name}: {diff:.1e}")
-        if args.sweep:
-            cells = [w.name]
-            for c in SWEEP:
-                us, _ = timer(lambda c=c: deft_tree_attention(q, k, v, plan, config=c))
+        if args.configs:
+            cells = [w.name, launches(work)]
+            times: list[list[float]] = [[] for _ in args.configs]
+            for _ in range(args.rounds):  # the configs alternated, so a drift of the GPU's clocks hits each alike
+                for c, ts in zip(args.configs, times):
+                    ts.append(timer(lambda c=c: deft_tree_attention(q, k, v, plan, config=c))[0])
+            for c, ts in zip(args.configs, times):
                 d = (deft_tree_attention(q, k, v, plan, config=c).float() - ref.float()).abs().max().item()
-                cells.append(f"{us:.1f}" if d <= TOLERANCE else f"{us:.1f} (max |Δ| {d:.1e})")
+                cell = f"{statistics.median(ts):.1f}" + (f" ({launches(deft_work(plan, H_Q, H_KV, HEAD_DIM, c))})" if c.wide_sms is not None else "")
+                cells.append(cell if d <= TOLERANCE else f"{cell} (max |Δ| {d:.1e})")
                 if d > TOLERANCE:
                     wrong.append(f"{w.name} with {c}: {d:.1e}")
             sweep_rows.append(cells)
@@ -216,16 +241,18 @@ def main() -> int:
             ft.add_row(*r)
         console.print(ft)
     console.print("Flex is timed on the unique KV pre-gathered depth-first.")
-    if args.sweep:
-        st = Table(title=f"ours under other work configs (µs; each checked against per-sequence attention, max |Δ| ≤ {TOLERANCE})")
+    if args.configs:
+        st = Table(title=f"ours under other work configs (µs, medians of {args.rounds} alternated round(s), with the launches where the 128-row sizing is set; each checked against "
+                         f"per-sequence attention, max |Δ| ≤ {TOLERANCE}); launches: items per KV head @ query rows, in launch order")
         st.add_column("workload")
-        for c in SWEEP:
+        st.add_column("ours' launches")
+        for c in args.configs:
             st.add_column(config_label(c), justify="right")
         for r in sweep_rows:
             st.add_row(*r)
         console.print(st)
     if args.markdown:
-        markdown(args.markdown, [(COLS, rows), (FI_COLS, fi_rows)])
+        markdown(args.markdown, [(COLS, rows), (FI_COLS, fi_rows), (["workload", "ours' launches", *map(config_label, args.configs)], sweep_rows)])
     bad = failed(fi_rows)
     if bad:
         console.print(f"[red]{len(bad)} FlashInfer result(s) failed or differ from per-sequence attention by more than {TOLERANCE}[/red]")

@@ -65,6 +65,14 @@ WORKLOADS = (
 )
 
 
+# Prompt-and-leaves stars (one query per leaf) where a prompt's wide launch shares the GPU with
+# its leaves': 36 over a grid, and four off it that no work-sizing constant was fitted to.
+FAMILY = tuple(
+    _star(f"{p // 1024}k/{n}x{t}", p, n, t) for p in (4096, 8192, 20480) for n in (16, 32, 64, 100) for t in (200, 400, 1000)
+) + (_star("10k/80x250", 10240, 80, 250), _star("12k/48x300", 12288, 48, 300), _star("24k/40x500", 24576, 40, 500), _star("28k/24x700", 28672, 24, 700))
+TREES = {"ten": WORKLOADS, "family": FAMILY}
+
+
 def node_slot_arrays(w: Workload, seed: int = 0) -> tuple[list[np.ndarray], int]:
     """Each node's slots on its own pages, pages handed out in a shuffled order; and the page count."""
     pages_per_node = [-(-n // PAGE_SIZE) for n in w.lengths]
