@@ -667,13 +667,11 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         chunk, launch_ns = _round_chunks(cls, work, n_len, blocks, chunk_args, model, num_kv_heads, cfg.rounds)
         nchunks = -(-n_len // chunk)
         wide = _wide_split(cls, n_len * blocks, nchunks * blocks, model, num_kv_heads, cfg.wide_sms)
-        if wide is not None:
+        if wide is not None:  # one round on the SMs it is given
             w, sms = wide
             mine = cls == w
-            model_w = _class_model(tuple(shapes), head_dim, (sms, *limits[1:]))
-            chunk[mine] = _round_chunks(
-                cls[mine], work[mine], n_len[mine], blocks[mine], tuple(a[mine] for a in chunk_args), model_w, num_kv_heads, (1,),
-            )[0]
+            target = work[mine].sum() * num_kv_heads / sms
+            chunk[mine] = _chunk_sizes(cost[mine], chunk_args[1][mine], n_len[mine], target, chunk_args[2][mine], np.floor)
             nchunks = -(-n_len // chunk)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
@@ -683,8 +681,10 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         # leaves of 400 keys in 800 16-row programs beside an 8k prompt: 89.0 µs after the
         # prompt's launch against 110.0 before it; BENCHMARKS.md).
         programs = np.bincount(cls, weights=nchunks * blocks, minlength=len(shapes)) * num_kv_heads
-        first = np.arange(len(shapes)) != (-1 if wide is None else wide[0])  # a split's wide launch before the rest
-        launch_order = tuple(np.lexsort((-launch_ns, programs > model.slots, first)).tolist())
+        keys = (-launch_ns, programs > model.slots)
+        if wide is not None:  # a split's wide launch before the rest
+            keys += (np.arange(len(shapes)) != wide[0],)
+        launch_order = tuple(np.lexsort(keys).tolist())
     else:
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
         chunk = _chunk_sizes(chunk_args[0], chunk_args[1], n_len, target, chunk_args[2])
