@@ -66,10 +66,13 @@ WORKLOADS = (
 
 
 # Prompt-and-leaves stars (one query per leaf) where a prompt's wide launch shares the GPU with
-# its leaves': 36 over a grid, and four off it that no work-sizing constant was fitted to.
+# its leaves': 36 over a grid, and eleven off it that the work sizing's constants were not
+# fitted to.
+OFF_GRID = ((10240, 80, 250), (12288, 48, 300), (24576, 40, 500), (28672, 24, 700), (6144, 96, 300), (12288, 120, 600),
+            (3072, 128, 500), (16384, 90, 200), (10240, 84, 800), (16384, 40, 300), (6144, 48, 150))
 FAMILY = tuple(
     _star(f"{p // 1024}k/{n}x{t}", p, n, t) for p in (4096, 8192, 20480) for n in (16, 32, 64, 100) for t in (200, 400, 1000)
-) + (_star("10k/80x250", 10240, 80, 250), _star("12k/48x300", 12288, 48, 300), _star("24k/40x500", 24576, 40, 500), _star("28k/24x700", 28672, 24, 700))
+) + tuple(_star(f"{p // 1024}k/{n}x{t}", p, n, t) for p, n, t in OFF_GRID)
 TREES = {"ten": WORKLOADS, "family": FAMILY}
 
 
