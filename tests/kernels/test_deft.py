@@ -170,6 +170,19 @@ def test_64_bit_offsets_equal_32_bit_ones(flat: bool, monkeypatch: pytest.Monkey
     assert_close_to_reference(narrow, q, k, v, plan)
 
 
+@pytest.mark.parametrize("wide_sms", [None, 0, 3])
+def test_a_wide_launch_sized_for_fewer_sms(wide_sms: int | None) -> None:
+    # A prompt above 20 leaves of one query each, on 8 SMs: its 160 rows in 128-row tiles (one
+    # program per SM) beside the leaves' 16-row launch. Sized for every SM (0), for its share by
+    # the launch model (6 items instead of 8, launched first), or forced onto 3 SMs (2 items).
+    parents, lengths = [-1] + [0] * 20, [900] + [40] * 20
+    q, k, v, plan = build(parents, lengths, list(range(1, 21)), None, h_q=8, h_kv=1, page_size=16, **CPU)
+    cfg = WorkConfig(num_sms=8, min_chunk=16, wide_tiles=(0, 0), fold_unshared=False, wide_sms=wide_sms)
+    launches = [(c.block_m, c.num_items) for c in deft_work(plan, 8, 1, 64, cfg).classes]
+    assert launches == [(128, {None: 6, 0: 8, 3: 2}[wide_sms]), (16, 20)]
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
+
+
 def test_long_chain_of_short_nodes_is_split() -> None:
     # 90 seven-token nodes in a chain: 630 unshared tokens per query, more than one piece.
     n = 90
