@@ -72,7 +72,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--only-flashinfer", action="store_true", help="short run: ours, per-sequence and the FlashInfer backends only")
     ap.add_argument("--wide-sms", default="", help="comma-separated SM counts to size the 128-row class for where other launches share the call (0: all SMs)")
     ap.add_argument("--rounds", type=int, default=1, help="time the configs of --sweep and --wide-sms, with the default, this many times alternated (medians)")
-    ap.add_argument("--trees", choices=sorted(TREES), default="ten", help="the ten workloads, or the prompt-and-leaves family")
+    ap.add_argument("--trees", choices=sorted(TREES), default="ten", help="the ten workloads, the prompt-and-leaves family, or three-level trees")
     ap.add_argument("--workloads", help="comma-separated workload names (default: all of --trees)")
     ap.add_argument("--flashinfer-cache", help="FlashInfer's JIT cache base; sets FLASHINFER_WORKSPACE_BASE (default: that variable, else $HOME)")
     ap.add_argument("--jit-only", action="store_true", help="build FlashInfer's kernels into its cache, then stop")

@@ -43,6 +43,20 @@ def _three_levels() -> Workload:
     return Workload("2k/8x256/8x64", tuple(parents), tuple(lengths), queries)
 
 
+def _levels(prompt: int, mids: int, mid_len: int, leaves: int, leaf_len: int) -> Workload:
+    """A prompt, ``mids`` children of ``mid_len`` tokens, each with ``leaves`` leaves: one query per leaf."""
+    parents, lengths = [-1], [prompt]
+    for _ in range(mids):
+        mid = len(parents)
+        parents.append(0)
+        lengths.append(mid_len)
+        parents += [mid] * leaves
+        lengths += [leaf_len] * leaves
+    has_child = set(parents)
+    queries = tuple(i for i in range(len(parents)) if i not in has_child)
+    return Workload(f"{prompt // 1024}k/{mids}x{mid_len}/{leaves}x{leaf_len}", tuple(parents), tuple(lengths), queries)
+
+
 def _token_tree(prompt: int, nodes: int, seed: int = 0) -> Workload:
     rng = np.random.default_rng(seed)
     # A draft tree shaped like speculative decoders': wide near the prompt, narrowing with depth.
@@ -73,7 +87,12 @@ OFF_GRID = ((10240, 80, 250), (12288, 48, 300), (24576, 40, 500), (28672, 24, 70
 FAMILY = tuple(
     _star(f"{p // 1024}k/{n}x{t}", p, n, t) for p in (4096, 8192, 20480) for n in (16, 32, 64, 100) for t in (200, 400, 1000)
 ) + tuple(_star(f"{p // 1024}k/{n}x{t}", p, n, t) for p, n, t in OFF_GRID)
-TREES = {"ten": WORKLOADS, "family": FAMILY}
+# Three levels, as a search's second step: the prompt's 128-row launch beside its children's
+# 64-row one (each child under several leaves, whose own keys the merge reads).
+LEVELS = tuple(
+    _levels(p, m, ml, n, nl) for p in (4096, 8192) for m, ml in ((8, 256), (8, 512), (16, 300), (5, 1000)) for n, nl in ((8, 64), (5, 100))
+)
+TREES = {"ten": WORKLOADS, "family": FAMILY, "levels": LEVELS}
 
 
 def node_slot_arrays(w: Workload, seed: int = 0) -> tuple[list[np.ndarray], int]:
