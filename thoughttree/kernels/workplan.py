@@ -410,8 +410,8 @@ def _wide_split(
     ``sm_key_ns`` (for narrow classes at least FREE_SM_KEY_NS). Not where B is more than
     NARROW_SHARE of A. The split's wide launch goes first. On an H200, a 20k prompt's 50 query
     rows beside 50 leaves of 400 keys: 72.3 µs in 14 items per KV head against 87.0 in 16; a
-    4k prompt beside its children's 64-row launch: 4-14% faster too (BENCHMARKS.md). ``forced`` sizes the wide class for that many SMs wherever other launches
-    share the call.
+    4k prompt beside its children's 64-row launch: 4-14% faster too (BENCHMARKS.md).
+    ``forced`` sizes the wide class for that many SMs wherever other launches share the call.
 
     cls, keys, items: [N] per shared node: tile class, keys times query blocks, items per KV head.
     """
