@@ -110,7 +110,10 @@ class Engine:
         self.runtime = runtime or RuntimeConfig()
         self.stats = EngineStats()
         self.arena: DecodeArena | None = None
-        self.decode_work_config = WorkConfig()  # how decode runs size their attention work
+        # How decode runs size their attention work. Their graphs launch tile classes in shape
+        # order (narrowest first), and a wide launch sized to leave SMs to the others was measured
+        # launched first only, so decode runs keep it sized for every SM (wide_sms=0).
+        self.decode_work_config = WorkConfig(wide_sms=0)
 
     @property
     def fast_decode(self) -> bool:
