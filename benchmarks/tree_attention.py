@@ -1,7 +1,7 @@
 """Tree attention on one GPU: DeFT kernels against per-sequence decoding, SDPA, FlexAttention and FlashInfer.
 
     PYTHONPATH=. python3 benchmarks/tree_attention.py [--sweep] [--wide-sms LIST] [--rounds N] [--markdown PATH] [--backends LIST]
-        [--only-flashinfer] [--trees ten|family] [--workloads NAMES] [--flashinfer-cache DIR] [--jit-only] [--smoke]
+        [--only-flashinfer] [--trees ten|family|levels] [--workloads NAMES] [--flashinfer-cache DIR] [--jit-only] [--smoke]
 
 Per layer, Llama-3-8B heads (32 query heads, 8 KV heads, d=128, bf16), page size 16. Every
 timing replays a CUDA graph of one call with the L2 cache flushed before each replay. The floor
@@ -12,9 +12,10 @@ attention; its kernels are JIT-compiled on first use into $FLASHINFER_WORKSPACE_
 flashinfer (--flashinfer-cache), in a warm-up before any timing, so keep that folder between runs.
 --smoke runs rows 64x shorter on the CPU through the Triton interpreter (wall clock, no floor;
 minutes per row: pick one with --workloads, and leave out --sweep, which adds a run per config).
---trees family runs prompt-and-leaves stars instead of the ten workloads; --wide-sms times ours
-with the 128-row class sized for each of those SM counts (WorkConfig.wide_sms; 0: the whole GPU);
---rounds times those configs and the default alternated, for A/B tables.
+--trees family runs prompt-and-leaves stars instead of the ten workloads, --trees levels
+three-level trees (tree_workloads.py); --wide-sms times ours with the 128-row class sized for each
+of those SM counts (WorkConfig.wide_sms; 0: the whole GPU); --rounds times those configs and the
+default alternated, for A/B tables.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, TREES, Workloa
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
 from thoughttree.kernels.deft import deft_work, run_work  # noqa: E402
+from thoughttree.kernels.workplan import WorkPlan  # noqa: E402
 
 FLEX_BUDGET_S = 60.0  # stop compiling FlexAttention for new shapes after this much wall time
 BACKENDS = ("sdpa", "flex") + FLASHINFER_BACKENDS  # optional columns; ours and per-sequence always run
@@ -109,7 +111,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def launches(work) -> str:
+def launches(work: WorkPlan) -> str:
     """A work plan's partial launches in launch order, as items per KV head @ query rows."""
     return " + ".join(f"{c.num_items}@{c.block_m}" for c in work.classes) or "none"
 
