@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,19 +29,6 @@ class Workload:
 def _star(name: str, prompt: int, branches: int, tokens: int) -> Workload:
     parents = (-1,) + (0,) * branches
     return Workload(name, parents, (prompt,) + (tokens,) * branches, tuple(range(1, branches + 1)), None, prompt >= 16384 and tokens == 1)
-
-
-def _three_levels() -> Workload:
-    parents, lengths = [-1], [2048]
-    for _ in range(8):
-        mid = len(parents)
-        parents.append(0)
-        lengths.append(256)
-        parents += [mid] * 8
-        lengths += [64] * 8
-    has_child = set(parents)
-    queries = tuple(i for i in range(len(parents)) if i not in has_child)
-    return Workload("2k/8x256/8x64", tuple(parents), tuple(lengths), queries)
 
 
 def _levels(prompt: int, mids: int, mid_len: int, leaves: int, leaf_len: int) -> Workload:
@@ -72,7 +60,7 @@ WORKLOADS = (
     _star("4k/50x200", 4096, 50, 200),
     _star("20k/50x400", 20480, 50, 400),
     _star("4k/256x32", 4096, 256, 32),
-    _three_levels(),
+    _levels(2048, 8, 256, 8, 64),
     _star("1.1k/10x1000", 1100, 10, 1000),
     _star("32k/32x256", 32768, 32, 256),
     _token_tree(6144, 64),
@@ -85,8 +73,9 @@ WORKLOADS = (
 OFF_GRID = ((10240, 80, 250), (12288, 48, 300), (24576, 40, 500), (28672, 24, 700), (6144, 96, 300), (12288, 120, 600),
             (3072, 128, 500), (16384, 90, 200), (10240, 84, 800), (16384, 40, 300), (6144, 48, 150))
 FAMILY = tuple(
-    _star(f"{p // 1024}k/{n}x{t}", p, n, t) for p in (4096, 8192, 20480) for n in (16, 32, 64, 100) for t in (200, 400, 1000)
-) + tuple(_star(f"{p // 1024}k/{n}x{t}", p, n, t) for p, n, t in OFF_GRID)
+    _star(f"{p // 1024}k/{n}x{t}", p, n, t)
+    for p, n, t in (*itertools.product((4096, 8192, 20480), (16, 32, 64, 100), (200, 400, 1000)), *OFF_GRID)
+)
 # Three levels, as a search's second step: the prompt's 128-row launch beside its children's
 # 64-row one (each child under several leaves, whose own keys the merge reads).
 LEVELS = tuple(
