@@ -670,8 +670,8 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         if wide is not None:  # one round on the SMs it is given
             w, sms = wide
             mine = cls == w
-            target = work[mine].sum() * num_kv_heads / sms
-            chunk[mine] = _chunk_sizes(cost[mine], chunk_args[1][mine], n_len[mine], target, chunk_args[2][mine], np.floor)
+            w_cost, w_fewest, w_align = (a[mine] for a in chunk_args)
+            chunk[mine] = _chunk_sizes(w_cost, w_fewest, n_len[mine], work[mine].sum() * num_kv_heads / sms, w_align, np.floor)
             nchunks = -(-n_len // chunk)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees
         # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
