@@ -123,9 +123,10 @@ def test_decode_work_equals_the_tree_with_tails_as_nodes(kind: str, share: bool,
     rng = np.random.default_rng(3)
     parents, lengths = tree_shape(kind, rng, lengths=(1, 9, 23, 40))
     q_nodes = [int(x) for x in rng.integers(0, len(parents), size=5)]
-    tail_cap = TAIL_PIECE + 20 if kind == "star" else 13  # star: tails longer than one piece
+    # star: tails longer than one piece (tail items); lopsided: long tails, read by the merge
+    tail_cap = {"star": TAIL_PIECE + 20, "lopsided": 300}.get(kind, 13)
     tail_len = [int(x) for x in rng.integers(1, tail_cap + 1, size=len(q_nodes))]
-    if kind == "star":
+    if kind != "random":
         tail_len[0] = tail_cap
     k, v, perm = random_cache(sum(lengths) + sum(tail_len), page_size, h_kv, d, dtype, "cpu", seed=1)
     k, v = k.to(DEV), v.to(DEV)
@@ -134,6 +135,7 @@ def test_decode_work_equals_the_tree_with_tails_as_nodes(kind: str, share: bool,
     shared = plan_tree_attention(parents, node_slots[: len(lengths)], q_nodes, page_size=page_size, device=DEV)
     work = decode_work(shared, node_slots[len(lengths):], tail_cap, h_q, h_kv, d,
                        WorkConfig(waves=4.0, num_sms=16, min_chunk=16), share=share)
+    assert work.folded == (kind != "star")
     q = torch.randn(len(q_nodes), h_q, d, generator=torch.Generator().manual_seed(2)).to(DEV, dtype)
     out = run_work(q, k, v, upload(work.host, torch.device(DEV), h_q, d, WorkConfig(merge_block=1)))
     full = plan_tree_attention(

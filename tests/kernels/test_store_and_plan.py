@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
+from thoughttree.kernels.decode_work import TAIL_PIECE, decode_work
 from thoughttree.kernels.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
 from thoughttree.kernels.workplan import OWN_BLOCKS, SM_LIMITS, WorkConfig, _tile_shapes, programs_per_sm, aligned_starts, tree_host_work, tree_work, upload_int32
 
@@ -282,6 +283,24 @@ def test_work_config_rejects_bad_rounds() -> None:
     for rounds in ((), (2, 1), (0, 1), (1, 1)):
         with pytest.raises(ValueError, match="rounds"):
             WorkConfig(rounds=rounds)
+    with pytest.raises(ValueError, match="fold_tail"):
+        WorkConfig(fold_tail=-1)
+
+
+@pytest.mark.parametrize("tail_cap,fold_tail,folded", [(512, 512, True), (513, 512, False), (64, 0, False), (200, 128, False)])
+def test_decode_tails_are_read_by_the_merge_up_to_fold_tail(tail_cap: int, fold_tail: int, folded: bool) -> None:
+    # 16 branches of a 2k prompt whose tails may grow to tail_cap tokens, half grown so far.
+    plan = plan_tree_attention(np.array([-1] + [0] * 16), [np.arange(2048)] + [2048 + np.arange(i, i + 1) for i in range(16)],
+                               np.arange(1, 17), page_size=16, device="cpu")
+    tails = [10_000 + tail_cap * i + np.arange(tail_cap // 2) for i in range(16)]
+    work = decode_work(plan, tails, tail_cap, 32, 8, 128, WorkConfig(num_sms=132, fold_tail=fold_tail))
+    assert work.folded == folded
+    if folded:  # the merge's own range 1 is each tail's window; no partial item reads a tail
+        assert len(work.tail_items) == 0 and (work.host.own_len[1] == tail_cap // 2).all()
+        assert (work.host.own_start[1] == work.tail_base).all()
+    else:  # tail items of at most TAIL_PIECE keys each, none read by the merge
+        assert len(work.tail_items) == 16 * -(-tail_cap // TAIL_PIECE) and not work.host.own_len[1].any()
+        assert (work.host.items[work.tail_items, 1] <= TAIL_PIECE).all()
 
 
 def test_a_node_only_one_query_sees_is_read_by_its_merge() -> None:

@@ -46,7 +46,7 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "work", [WorkConfig(), WorkConfig(fold_own=0), WorkConfig(merge_block=1)], ids=["tails-in-merge", "tail-items", "merge-block-1"]
+    "work", [WorkConfig(), WorkConfig(fold_tail=0), WorkConfig(merge_block=1)], ids=["tails-in-merge", "tail-items", "merge-block-1"]
 )
 def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
@@ -221,7 +221,7 @@ def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> Non
         lm = _lm(model_dir, fast=fast)
         tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
         kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
-        lm.engine.decode_work_config = WorkConfig(fold_own=0)  # the same buffers, tails now as items
+        lm.engine.decode_work_config = WorkConfig(fold_tail=0)  # the same buffers, tails now as items
         more = tree.expand(kids, n=1, sampling=greedy)
         lm.engine.decode_work_config = WorkConfig()
         last = tree.expand([k for ks in more for k in ks], n=1, sampling=greedy)
@@ -236,7 +236,7 @@ def test_an_arena_is_kept_across_work_sizing_and_rebuilt_for_new_launch_settings
     tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, temperature=0, ignore_eos=True))
     engine = lm.engine
     first = engine.arena
-    engine.decode_work_config = WorkConfig(fold_own=0, rounds=(1, 2))  # work sizing only
+    engine.decode_work_config = WorkConfig(fold_own=0, fold_tail=0, rounds=(1, 2))  # work sizing only
     assert engine.arena_for(first.cap, first.shapes) is first
     engine.decode_work_config = WorkConfig(merge_block=1)  # a launch setting its graphs hold
     rebuilt = engine.arena_for(first.cap, first.shapes)

@@ -5,8 +5,8 @@ changes nothing else. So the work splits in two: the shared part (each branch's 
 the tree's KV chunks grouped with the queries below them, or each query's whole path for the
 per-sequence baseline) is planned once, and each tail is read by its own query through a fixed
 window of slots that grows by one entry per step: by the query's merge program when the window
-is at most ``WorkConfig.fold_own`` long, else by tail items of at most TAIL_PIECE tokens. A step
-then updates only the tails' lengths and newest slots, which fit in a few fixed-size device
+holds at most ``WorkConfig.fold_tail`` keys, else by tail items of at most TAIL_PIECE tokens. A
+step then updates only the tails' lengths and newest slots, which fit in a few fixed-size device
 buffers (and so in a CUDA graph).
 """
 
@@ -77,7 +77,7 @@ def decode_work(
     window = np.zeros((q, tail_cap), dtype=np.int64)
     for r, t in enumerate(tails):
         window[r, : len(t)] = t
-    folded = tail_cap <= cfg.fold_own
+    folded = tail_cap <= cfg.fold_tail
     pieces = 0 if folded else -(-tail_cap // TAIL_PIECE)
     rows = np.arange(q).repeat(pieces)
     starts = np.tile(np.arange(pieces) * TAIL_PIECE, q)

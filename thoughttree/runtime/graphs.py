@@ -121,7 +121,7 @@ class DecodeArena:
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
             classes=tuple(classes), own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
-            own_longest=config.fold_own,  # the longest a range its merge reads may grow
+            own_longest=max(config.fold_own, config.fold_tail),  # the longest a range its merge reads may grow
             **config.launch,
         )
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
