@@ -214,6 +214,17 @@ def test_leaves_of_one_query_read_by_the_merge() -> None:
         assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
 
 
+def test_a_launch_of_short_shared_nodes_folded_into_the_merges() -> None:
+    # A 300-key prompt's four children of 20 keys, two queries each (G = 4): the children's
+    # 16-row launch beside the prompt's 64-row one is read by the merges instead; exact either way.
+    parents, lengths = [-1, 0, 0, 0, 0], [300, 20, 20, 20, 20]
+    q, k, v, plan = build(parents, lengths, [1, 1, 2, 2, 3, 3, 4, 4], None, h_q=8, h_kv=2, page_size=16, **CPU)
+    config = WorkConfig(num_sms=32, min_chunk=16)
+    for cfg, nodes in ((config, {0}), (replace(config, fold_launches=False), {0, 1, 2, 3, 4})):
+        assert set(deft_work(plan, 8, 2, CPU["d"], cfg).items[:, 3].tolist()) == nodes  # nodes with partial items
+        assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
+
+
 @pytest.mark.parametrize("own_block", [None, 16, 32])
 def test_own_keys_read_in_either_block(own_block: int | None) -> None:
     # One-token and 9-token leaves of one query each (every own range fits 16 keys): chosen (16)

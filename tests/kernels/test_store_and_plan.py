@@ -287,6 +287,40 @@ def test_work_config_rejects_bad_rounds() -> None:
         WorkConfig(fold_tail=-1)
 
 
+def _children_plan(prompt: int, children: int, keys: int, queries: int, mid: int = 0):
+    """A prompt, ``children`` nodes of ``keys`` tokens under it (under one ``mid``-token node each
+    when mid > 0), and ``queries`` queries on each child's last token."""
+    parents, lengths = [-1], [prompt]
+    for _ in range(children):
+        if mid:
+            parents.append(0)
+            lengths.append(mid)
+        parents.append(len(parents) - 1 if mid else 0)
+        lengths.append(keys)
+    bounds = np.cumsum([0, *lengths])
+    leaves = [i for i in range(1, len(parents)) if i not in parents]
+    return plan_tree_attention(np.array(parents), [np.arange(a, b) for a, b in zip(bounds, bounds[1:])],
+                               np.repeat(leaves, queries), page_size=16, device="cpu")
+
+
+def test_a_launch_of_short_shared_nodes_is_read_by_the_merges() -> None:
+    # A 2k prompt's 8 children of 128 keys, 4 queries each: the children's 16-row launch beside
+    # the prompt's is folded into the merges, each query reading its child's 128 keys itself.
+    plan = _children_plan(2048, 8, 128, 4)
+    host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132))
+    assert set(host.items[:, 3]) == {0} and (host.own_len[0] == 128).all()
+    host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132, fold_launches=False))
+    assert set(host.items[:, 3]) == set(range(9)) and not host.own_len.any()
+    # Not where a child is longer than fold_own, its queries' own keys would exceed it (a 64-key
+    # child under a 100-key middle node), or the folded reads (16 x 128 keys x 4 queries) would
+    # outgrow the prompt's (1024 keys x 4 blocks).
+    for plan, cfg in ((_children_plan(2048, 8, 128, 4), WorkConfig(num_sms=132, fold_own=100)),
+                      (_children_plan(8192, 4, 64, 4, mid=100), WorkConfig(num_sms=132)),
+                      (_children_plan(1024, 16, 128, 4), WorkConfig(num_sms=132))):
+        host = tree_host_work(plan, 32, 8, 128, cfg)
+        assert set(host.items[:, 3]) == set(range(plan.num_nodes)) and not host.own_len.any()
+
+
 @pytest.mark.parametrize("tail_cap,fold_tail,folded", [(512, 512, True), (513, 512, False), (64, 0, False), (200, 128, False)])
 def test_decode_tails_are_read_by_the_merge_up_to_fold_tail(tail_cap: int, fold_tail: int, folded: bool) -> None:
     # 16 branches of a 2k prompt whose tails may grow to tail_cap tokens, half grown so far.
