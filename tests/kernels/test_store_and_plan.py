@@ -312,11 +312,13 @@ def test_a_launch_of_short_shared_nodes_is_read_by_the_merges() -> None:
     host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132, fold_launches=False))
     assert set(host.items[:, 3]) == set(range(9)) and not host.own_len.any()
     # Not where a child is longer than fold_own, its queries' own keys would exceed it (a 64-key
-    # child under a 100-key middle node), or the folded reads (16 x 128 keys x 4 queries) would
-    # outgrow the prompt's (1024 keys x 4 blocks).
+    # child under a 100-key middle node), the folded reads (16 x 128 keys x 4 queries) would
+    # outgrow the prompt's (1024 keys x 4 blocks), or the prompt's launch takes an SM per
+    # program (a 4k prompt's 64 queries in 128-row tiles: the children's programs run beside).
     for plan, cfg in ((_children_plan(2048, 8, 128, 4), WorkConfig(num_sms=132, fold_own=100)),
                       (_children_plan(8192, 4, 64, 4, mid=100), WorkConfig(num_sms=132)),
-                      (_children_plan(1024, 16, 128, 4), WorkConfig(num_sms=132))):
+                      (_children_plan(1024, 16, 128, 4), WorkConfig(num_sms=132)),
+                      (_children_plan(4096, 16, 64, 4), WorkConfig(num_sms=132))):
         host = tree_host_work(plan, 32, 8, 128, cfg)
         assert set(host.items[:, 3]) == set(range(plan.num_nodes)) and not host.own_len.any()
 

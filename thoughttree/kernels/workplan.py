@@ -57,9 +57,9 @@ class WorkConfig:
     (BENCHMARKS.md). 0 never folds.
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
-    fold_launches: a launch of short shared nodes beside another launch is read by the merges
-    instead, where that keeps each query's own keys within ``fold_own`` and adds at most the other
-    launches' reads (:func:`_short_launches`).
+    fold_launches: a launch of short shared nodes beside another launch (not one of an SM per
+    program) is read by the merges instead, where that keeps each query's own keys within
+    ``fold_own`` and adds at most the other launches' reads (:func:`_short_launches`).
     own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS; a
     program over several KV heads divides them among its heads); None
     (the default) takes the small block when every own range of the plan fits in it. Decode
@@ -446,7 +446,7 @@ def _wide_split(
 
 def _short_launches(
     plan: TreePlan, small: np.ndarray, nodes: np.ndarray, cls: np.ndarray, lengths: np.ndarray, queries: np.ndarray,
-    pinned: np.ndarray, per_block: np.ndarray, fold_own: int,
+    pinned: np.ndarray, per_block: np.ndarray, shares_sms: np.ndarray, fold_own: int,
 ) -> np.ndarray | None:
     """[N] bool over the shared nodes: those of the launches better read by each query's merge
     (None: none are).
@@ -456,23 +456,29 @@ def _short_launches(
     only). So every launch but the one with the most work whose nodes are all at most
     ``fold_own`` keys is folded into the merges of the queries below its nodes, where each
     query's own keys stay within ``fold_own`` and the folded nodes' reads (keys times queries)
-    are at most the other launches' (keys times query blocks). On an H200, decode runs of a 2k
-    prompt's 8 children of 128 tokens, 4 branches each, took 5.3% less per step, and of a 1k
-    prompt's 32 children of 32 tokens, 2 branches each, 5.7% less (BENCHMARKS.md).
+    are at most the other launches' (keys times query blocks). Not beside a launch whose
+    programs each take an SM (the 128-row tiles): there a narrow launch runs in the slot left
+    next to each of them. On an H200, decode runs of a 2k prompt's 8 children of 128 tokens, 4
+    branches each, took 4.0% less per step, and of a 1k prompt's 32 children of 32 tokens, 2
+    branches each, 5.7% less; beside a 4k prompt's 128-row launch, 0.3% and 1.0% more
+    (BENCHMARKS.md).
 
     small: [nodes of the plan] bool, the nodes already read by the merges; nodes, cls, lengths,
-    queries, pinned (nodes that keep their items): [N] per shared node; per_block: [K] queries
-    per tile of each class.
+    queries, pinned (nodes that keep their items): [N] per shared node; per_block, shares_sms:
+    [K] queries per tile and whether an SM holds several programs, per class.
     """
     k = len(per_block)
     present = np.bincount(cls, minlength=k) > 0
     if present.sum() < 2:
         return None
     reads = lengths * -(-queries // per_block[cls])
+    keep = np.bincount(cls, weights=reads, minlength=k).argmax()
+    if not shares_sms[keep]:
+        return None
     longest = np.zeros(k, dtype=np.int64)
     np.maximum.at(longest, cls, np.where(pinned, fold_own + 1, lengths))
     short = present & (longest <= fold_own)
-    short[np.bincount(cls, weights=reads, minlength=k).argmax()] = False
+    short[keep] = False
     fold = short[cls]
     if not fold.any() or (lengths * queries)[fold].sum() > reads[~fold].sum():
         return None
@@ -703,13 +709,14 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         cls = np.where(wide, cls, np.minimum(cls, narrow))
     fewest = np.maximum(bn_of, 4 * bm_of if cfg.min_chunk is None else cfg.min_chunk)  # keys per chunk, per class
     limits = _limits(cfg, plan.device)
+    model = _class_model(tuple(shapes), head_dim, limits)
     if cfg.waves is None:
-        model = _class_model(tuple(shapes), head_dim, limits)
         cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     if cfg.fold_launches:
         # Without fold_unshared, a node only one query sees keeps its items.
         pinned = (n_queries == 1) & (not cfg.fold_unshared)
-        fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, pinned, bm_of // group, cfg.fold_own)
+        fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, pinned, bm_of // group,
+                               model.slots > model.sms, cfg.fold_own)
         if fold is not None:
             small[nodes[fold]] = True
             nodes, n_len, n_queries, cls = (a[~fold] for a in (nodes, n_len, n_queries, cls))
