@@ -13,7 +13,7 @@ import torch
 
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
-from thoughttree.kernels import WorkConfig
+from thoughttree.kernels import WorkConfig, workplan
 from thoughttree.runtime.graphs import DecodeArena
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
@@ -68,6 +68,38 @@ def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
     assert tokens == want_tokens
     for a, b in zip(logprobs, want_logprobs):
         assert a == pytest.approx(b, abs=2e-2)
+
+
+def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, monkeypatch) -> None:
+    """Two samples of each of five 9-token children of a 100-token prompt: the children's
+    launch beside the prompt's is folded into the merges (WorkConfig.fold_launches); tokens as
+    the general steps give, and as the decode steps give without the fold."""
+    folds = []
+
+    def spy(*args):
+        out = real(*args)
+        folds.append(out is not None)
+        return out
+
+    real = workplan._short_launches
+    monkeypatch.setattr(workplan, "_short_launches", spy)
+    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
+    runs = []
+    for fast, works in ((True, (WorkConfig(), WorkConfig(fold_launches=False))), (False, (WorkConfig(),))):
+        lm = _lm(model_dir, fast=fast)
+        tree = ThoughtTree(lm, prompt=[3 + i % 250 for i in range(100)], seed=0)
+        kids = [tree.add_child(tree.root, [5 + 11 * i + j for j in range(9)], f"child {i}") for i in range(5)]
+        for work in works:
+            lm.engine.decode_work_config = work
+            folds.clear()
+            more = [k for ks in tree.expand(kids, n=2, sampling=greedy) for k in ks]
+            lm.check_integrity(tree)
+            if fast:
+                assert any(folds) == work.fold_launches
+            runs.append([k.tokens for k in more])
+            for k in more:
+                tree.prune(k)
+    assert runs[0] == runs[1] == runs[2]
 
 
 def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) -> None:
