@@ -321,6 +321,13 @@ def test_a_launch_of_short_shared_nodes_is_read_by_the_merges() -> None:
                       (_children_plan(4096, 16, 64, 4), WorkConfig(num_sms=132))):
         host = tree_host_work(plan, 32, 8, 128, cfg)
         assert set(host.items[:, 3]) == set(range(plan.num_nodes)) and not host.own_len.any()
+    # Nor where a child's own queries see a causal prefix of it (a prefill), measured on decode only.
+    plan = _children_plan(2048, 8, 128, 4)
+    visible = np.full(plan.num_queries, 128)
+    visible[0] = 5
+    plan = plan_tree_attention(plan.parents, [plan.slots[a:b] for a, b in zip(plan.node_offsets, plan.node_offsets[1:])],
+                               plan.query_nodes, visible, page_size=16, device="cpu")
+    assert set(tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132)).items[:, 3]) == set(range(9))
 
 
 @pytest.mark.parametrize("tail_cap,fold_tail,folded", [(512, 512, True), (513, 512, False), (64, 0, False), (200, 128, False)])

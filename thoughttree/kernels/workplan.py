@@ -59,7 +59,8 @@ class WorkConfig:
     short too (a leaf of one branch gains nothing from a partial item of its own).
     fold_launches: a launch of short shared nodes beside another launch (not one of an SM per
     program) is read by the merges instead, where that keeps each query's own keys within
-    ``fold_own`` and adds at most the other launches' reads (:func:`_short_launches`).
+    ``fold_own`` and adds at most the other launches' reads (:func:`_short_launches`); not for
+    nodes whose own queries see a causal prefix of them (a prefill's).
     own_block: keys per step when the merge reads a query's own keys (one of OWN_BLOCKS; a
     program over several KV heads divides them among its heads); None
     (the default) takes the small block when every own range of the plan fits in it. Decode
@@ -713,8 +714,12 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     if cfg.waves is None:
         cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     if cfg.fold_launches:
-        # Without fold_unshared, a node only one query sees keeps its items.
-        pinned = (n_queries == 1) & (not cfg.fold_unshared)
+        # Nodes that keep their items: without fold_unshared, a node only one query sees; and a
+        # node some of whose own queries see a prefix of it (a prefill's causal queries: the
+        # rule was measured on decode steps).
+        causal = np.zeros(len(lengths), dtype=bool)
+        causal[qn[qv < lengths[qn]]] = True
+        pinned = causal[nodes] | ((n_queries == 1) & (not cfg.fold_unshared))
         fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, pinned, bm_of // group,
                                model.slots > model.sms, cfg.fold_own)
         if fold is not None:
