@@ -447,7 +447,7 @@ def _wide_split(
 
 def _short_launches(
     plan: TreePlan, small: np.ndarray, nodes: np.ndarray, cls: np.ndarray, lengths: np.ndarray, queries: np.ndarray,
-    pinned: np.ndarray, per_block: np.ndarray, shares_sms: np.ndarray, fold_own: int,
+    per_block: np.ndarray, shares_sms: np.ndarray, cfg: WorkConfig,
 ) -> np.ndarray | None:
     """[N] bool over the shared nodes: those of the launches better read by each query's merge
     (None: none are).
@@ -462,31 +462,39 @@ def _short_launches(
     next to each of them. On an H200, decode runs of a 2k prompt's 8 children of 128 tokens, 4
     branches each, took 4.0% less per step, and of a 1k prompt's 32 children of 32 tokens, 2
     branches each, 5.7% less; beside a 4k prompt's 128-row launch, 0.3% and 1.0% more
-    (BENCHMARKS.md).
+    (BENCHMARKS.md). A launch keeps its items if one of its nodes has own queries that see a
+    causal prefix of it (a prefill's: the rule was measured on decode steps), or, without
+    ``fold_unshared``, if only one query sees one of its nodes.
 
     small: [nodes of the plan] bool, the nodes already read by the merges; nodes, cls, lengths,
-    queries, pinned (nodes that keep their items): [N] per shared node; per_block, shares_sms:
-    [K] queries per tile and whether an SM holds several programs, per class.
+    queries: [N] per shared node; per_block, shares_sms: [K] queries per tile and whether an SM
+    holds several programs, per class.
     """
+    long = lengths > cfg.fold_own
+    if long.all() or (cls == cls[0]).all():  # no short node, or one launch
+        return None
     k = len(per_block)
-    present = np.bincount(cls, minlength=k) > 0
-    if present.sum() < 2:
+    counts = np.bincount(cls, minlength=k)
+    short = (counts > 0) & (np.bincount(cls, weights=long, minlength=k) == 0)
+    if not short.any():
         return None
     reads = lengths * -(-queries // per_block[cls])
     keep = np.bincount(cls, weights=reads, minlength=k).argmax()
-    if not shares_sms[keep]:
-        return None
-    longest = np.zeros(k, dtype=np.int64)
-    np.maximum.at(longest, cls, np.where(pinned, fold_own + 1, lengths))
-    short = present & (longest <= fold_own)
     short[keep] = False
+    if not shares_sms[keep] or not short.any():
+        return None
+    qn, qv = plan.query_nodes, plan.query_visible
+    causal = np.zeros(plan.num_nodes, dtype=bool)
+    causal[qn[qv < plan.node_lengths[qn]]] = True
+    pinned = causal[nodes] | ((queries == 1) & (not cfg.fold_unshared))
+    short &= np.bincount(cls, weights=pinned, minlength=k) == 0
     fold = short[cls]
     if not fold.any() or (lengths * queries)[fold].sum() > reads[~fold].sum():
         return None
     trial = small.copy()
     trial[nodes[fold]] = True
     offsets, _ = plan.path_slots(trial)
-    return None if (offsets[1:] - offsets[:-1]).max() > fold_own else fold
+    return None if (offsets[1:] - offsets[:-1]).max() > cfg.fold_own else fold
 
 
 @functools.cache
@@ -714,14 +722,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     if cfg.waves is None:
         cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     if cfg.fold_launches:
-        # Nodes that keep their items: without fold_unshared, a node only one query sees; and a
-        # node some of whose own queries see a prefix of it (a prefill's causal queries: the
-        # rule was measured on decode steps).
-        causal = np.zeros(len(lengths), dtype=bool)
-        causal[qn[qv < lengths[qn]]] = True
-        pinned = causal[nodes] | ((n_queries == 1) & (not cfg.fold_unshared))
-        fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, pinned, bm_of // group,
-                               model.slots > model.sms, cfg.fold_own)
+        fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
         if fold is not None:
             small[nodes[fold]] = True
             nodes, n_len, n_queries, cls = (a[~fold] for a in (nodes, n_len, n_queries, cls))
