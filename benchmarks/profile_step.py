@@ -10,6 +10,7 @@ prints each kernel group's time per step next to the step's floor.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 
@@ -127,16 +128,26 @@ SWEEP = (
 )
 
 
+def over(shipped: WorkConfig, cfg: WorkConfig) -> WorkConfig:
+    """``shipped`` with the fields ``cfg`` sets away from WorkConfig's defaults."""
+    default = WorkConfig()
+    return dataclasses.replace(shipped, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+                                           if getattr(cfg, f.name) != getattr(default, f.name)})
+
+
 def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
-    """GPU time of one graphed step under several decode work sizings (same tree, same model)."""
+    """GPU time of one graphed step under several decode work sizings (same tree, same model),
+    each the engine's decode config with the sweep entry's fields."""
     table = Table(title="decode work sizing: GPU µs per step", title_justify="left")
-    for col in ("work config", "µs per step"):
+    for col in ("work config (over the engine's decode config)", "µs per step"):
         table.add_column(col, justify="right")
+    shipped = lm.engine.decode_work_config
     for cfg in SWEEP:
-        lm.engine.decode_work_config = cfg
+        lm.engine.decode_work_config = over(shipped, cfg)
         lm.engine.arena = None
         step_us(lm, tree, branches)
         table.add_row(config_label(cfg), f"{step_us(lm, tree, branches):.0f}")
+    lm.engine.decode_work_config = shipped
     console.print(table)
 
 
