@@ -51,9 +51,9 @@ class WorkConfig:
     folds.
     fold_tail: the same for a decode run's tails (:mod:`decode_work`), by the most a tail may grow
     in the run. The merge reads a tail while the partial launch runs, so it folds longer ranges
-    than ``fold_own``: on an H200, runs of 256 and 512 tokens per branch took 3-5% less per step
+    than ``fold_own``: on an H200, runs of 256 and 512 tokens per branch took 3-7% less per step
     with their tails read by the merge than as tail items wherever 16 or more branches shared a
-    4k-16k prompt (the same with 8 branches), and runs of 1024 tokens took up to 5% more
+    4k-16k prompt (within 1% with 8 branches), and runs of 1024 tokens took up to 5% more
     (BENCHMARKS.md). 0 never folds.
     fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
