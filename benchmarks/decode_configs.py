@@ -102,9 +102,8 @@ def main() -> None:
                 times[i].append(run(lm, prompt, workload))
         steps = [statistics.median(s for s, _ in t) for t in times]
         gpus = [statistics.median(g for _, g in t) for t in times]
-        label = " × ".join(map(str, workload[:1])) + (
-            f", {workload[1]} × {workload[2]} children, {workload[3]} × {workload[4]} each" if len(workload) == 5
-            else f", {workload[1]} × {workload[2]}")
+        label = (f"{workload[0]}, {workload[1]} × {workload[2]} children, {workload[3]} × {workload[4]} each"
+                 if len(workload) == 5 else f"{workload[0]}, {workload[1]} × {workload[2]}")
         table.add_row(label, *(f"{s:.3f} / {g:.3f} / {s / steps[0]:.3f}" for s, g in zip(steps, gpus)))
     console.print(table)
 

@@ -26,7 +26,7 @@ from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
 from tree_decode import SHAPES, copy_bandwidth, step_gpu_seconds
-from tree_timing import config_label
+from tree_timing import changed_fields, config_label
 
 
 def random_lm(shape: dict[str, int]) -> LM:
@@ -128,13 +128,6 @@ SWEEP = (
 )
 
 
-def over(shipped: WorkConfig, cfg: WorkConfig) -> WorkConfig:
-    """``shipped`` with the fields ``cfg`` sets away from WorkConfig's defaults."""
-    default = WorkConfig()
-    return dataclasses.replace(shipped, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-                                           if getattr(cfg, f.name) != getattr(default, f.name)})
-
-
 def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
     """GPU time of one graphed step under several decode work sizings (same tree, same model),
     each the engine's decode config with the sweep entry's fields."""
@@ -143,7 +136,7 @@ def sweep(lm: LM, tree: ThoughtTree, branches: int, console: Console) -> None:
         table.add_column(col, justify="right")
     shipped = lm.engine.decode_work_config
     for cfg in SWEEP:
-        lm.engine.decode_work_config = over(shipped, cfg)
+        lm.engine.decode_work_config = dataclasses.replace(shipped, **changed_fields(cfg))
         lm.engine.arena = None
         step_us(lm, tree, branches)
         table.add_row(config_label(cfg), f"{step_us(lm, tree, branches):.0f}")

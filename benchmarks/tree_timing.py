@@ -122,11 +122,15 @@ def roofs(device: torch.device) -> tuple[float, float] | None:
     return copy, mm
 
 
-def config_label(config: object) -> str:
-    """A frozen config's fields that differ from its defaults, as ``name=value, ...`` ("default" if none)."""
+def changed_fields(config: object) -> dict[str, object]:
+    """A frozen config's fields that differ from its defaults, by name."""
     default = type(config)()
-    diff = [f"{f.name}={getattr(config, f.name)}" for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)]
-    return ", ".join(diff) or "default"
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)}
+
+
+def config_label(config: object) -> str:
+    """:func:`changed_fields` as ``name=value, ...`` ("default" if none)."""
+    return ", ".join(f"{name}={value}" for name, value in changed_fields(config).items()) or "default"
 
 
 def host_probe(reps: int) -> tuple[float, float]:
