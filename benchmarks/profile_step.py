@@ -29,7 +29,7 @@ from tree_decode import SHAPES, copy_bandwidth, step_gpu_seconds
 from tree_timing import changed_fields, config_label
 
 
-def random_lm(shape: dict[str, int]) -> LM:
+def random_lm(shape: dict[str, int], device: str = "cuda", kv_bytes: int = 24 << 30) -> LM:
     d = shape["hidden"] // shape["heads"]
     cfg = ModelConfig.from_dict(dict(
         architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=shape["vocab"], hidden_size=shape["hidden"],
@@ -37,24 +37,24 @@ def random_lm(shape: dict[str, int]) -> LM:
         num_key_value_heads=shape["kv_heads"], head_dim=d, max_position_embeddings=32768, rope_theta=500000.0,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
     ))
-    g = torch.Generator(device="cuda").manual_seed(0)
+    g = torch.Generator(device=device).manual_seed(0)
 
     def rand(*size: int) -> torch.Tensor:
-        return (torch.randn(*size, generator=g, device="cuda") * 0.02).to(torch.bfloat16)
+        return (torch.randn(*size, generator=g, device=device) * 0.02).to(torch.bfloat16)
 
     h, i, kv = shape["hidden"], shape["intermediate"], shape["kv_heads"] * d
-    w = {"embed": rand(shape["vocab"], h), "lm_head": rand(shape["vocab"], h), "norm": torch.ones(h, dtype=torch.bfloat16, device="cuda")}
+    w = {"embed": rand(shape["vocab"], h), "lm_head": rand(shape["vocab"], h), "norm": torch.ones(h, dtype=torch.bfloat16, device=device)}
     for layer in range(shape["layers"]):
         p = f"layers.{layer}."
-        w[p + "ln1"] = torch.ones(h, dtype=torch.bfloat16, device="cuda")
-        w[p + "ln2"] = torch.ones(h, dtype=torch.bfloat16, device="cuda")
+        w[p + "ln1"] = torch.ones(h, dtype=torch.bfloat16, device=device)
+        w[p + "ln2"] = torch.ones(h, dtype=torch.bfloat16, device=device)
         w[p + "qkv"], w[p + "o"] = rand(h + 2 * kv, h), rand(h, h)
         w[p + "gate_up"], w[p + "down"] = rand(2 * i, h), rand(h, i)
     vocab = {f"t{k}": k for k in range(256)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2")
-    return LM(Transformer(cfg, w, torch.device("cuda")), tokenizer, RuntimeConfig(kv_memory_bytes=24 << 30))
+    return LM(Transformer(cfg, w, torch.device(device)), tokenizer, RuntimeConfig(kv_memory_bytes=kv_bytes))
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from rich.console import Console
 from thoughttree import Sampling
 from thoughttree.live import LiveView
 from thoughttree.search import Budget, SearchError, search
-from thoughttree.search_result import SearchResult
+from thoughttree.search_result import SearchResult, Statistics
 from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, from_dict
 from thoughttree.tasks import Sample, TaskError, ValuePrompt
 from thoughttree.tree.serialize import RunFileError, tree_to_dict
@@ -225,6 +225,17 @@ def test_statistics_add_up_over_rounds():
     assert stats.generated_tokens == lm.stats.generated_tokens
     assert stats.reuse_factor > 1.0  # siblings share their parents' KV
     assert stats.nodes == len(result.tree)
+    halves = [t for r in stats.per_round for t in (r.expand_seconds, r.evaluate_seconds)]
+    assert all(t > 0 for t in halves) and sum(halves) <= stats.wall_time
+
+
+def test_run_files_without_round_times_still_load():
+    lm, task = random_world()
+    data = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="Q").statistics.to_dict()
+    for r in data["per_round"]:
+        del r["expand_seconds"], r["evaluate_seconds"]
+    stats = Statistics.from_dict(data)
+    assert [r.expand_seconds for r in stats.per_round] == [0.0, 0.0]
 
 
 def test_live_view_is_updated_every_round():

@@ -53,6 +53,8 @@ class RoundStats:
 
     ``longest_generation`` is the most tokens any one child got this round; with batched decoding
     the expansion's forward steps follow it, not the number of nodes expanded.
+    ``expand_seconds`` and ``evaluate_seconds`` are the wall time of each half (model work and the
+    task's checks; 0.0 in run files written before they were recorded).
     """
 
     expand: Counters
@@ -61,6 +63,8 @@ class RoundStats:
     new_nodes: int
     evaluated: int
     longest_generation: int
+    expand_seconds: float = 0.0
+    evaluate_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

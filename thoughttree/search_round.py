@@ -9,6 +9,7 @@ rejected and duplicate ones are pruned (their KV freed), finished ones become te
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from .config import Sampling
@@ -29,15 +30,16 @@ class RoundRunner:
     def run(self, step: Step, max_new_nodes: int | None) -> tuple[Outcome, RoundStats]:
         """Expand, check and evaluate; ``max_new_nodes`` caps the children (None = no cap)."""
         self.evaluator = step.evaluator or self.ctx.evaluator
-        before = Counters.read(self.lm)
+        before, t0 = Counters.read(self.lm), time.perf_counter()
         expanded, children = self._expand(step, max_new_nodes)
-        mid = Counters.read(self.lm)
+        mid, t1 = Counters.read(self.lm), time.perf_counter()
         todo = [c for kids in children for c in kids if c.value is None and c.alive] if step.evaluate_children else []
         todo += [n for n in step.evaluate if n.alive and all(n is not t for t in todo)]
         self._evaluate(todo, step.evaluations)
-        after = Counters.read(self.lm)
+        after, t2 = Counters.read(self.lm), time.perf_counter()
         longest = max((len(c.tokens) for kids in children for c in kids), default=0)
-        stats = RoundStats(mid - before, after - mid, len(expanded), sum(map(len, children)), len(todo), longest)
+        stats = RoundStats(mid - before, after - mid, len(expanded), sum(map(len, children)), len(todo), longest,
+                           expand_seconds=t1 - t0, evaluate_seconds=t2 - t1)
         return Outcome(tuple(expanded), tuple(tuple(k) for k in children), tuple(todo)), stats
 
     # -- expansion ---------------------------------------------------------------------------
