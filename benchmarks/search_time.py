@@ -65,7 +65,8 @@ class Synthetic(Task):
 
     def __init__(self, config: SyntheticConfig, evaluator: str) -> None:
         self.config, self.kind = config, evaluator
-        self.suffix_text = " ".join(f"t{6 + i % 200}" for i in range(config.suffix))
+        self.suffix = [6 + i % 4 for i in range(config.suffix)]
+        self.suffix_text = " ".join(f"t{t}" for t in self.suffix)  # one token per word
 
     def prompt(self, problem: Any) -> Sequence[int]:
         return [1] + [(17 * i + 5 + problem) % 256 for i in range(self.config.prompt - 1)]
@@ -75,8 +76,7 @@ class Synthetic(Task):
             answers = Sampling(max_tokens=self.config.answer, temperature=1.0, ignore_eos=True)
             return ValuePrompt(prompt=lambda problem, node: self.suffix_text, labels=LABELS, samples=3,
                                sampling=answers, fork=True)
-        suffix = [6 + i % 200 for i in range(self.config.suffix)]
-        return LabelProbs(prompt=lambda problem, node: node.path_tokens() + suffix, labels=LABELS)
+        return LabelProbs(prompt=lambda problem, node: node.path_tokens() + self.suffix, labels=LABELS)
 
 
 SEARCHES = {
@@ -103,7 +103,9 @@ def floor_seconds(result: SearchResult, lm: LM, shape: dict[str, int], copy: flo
 
 def run(lm: LM, name: str, cfg: SyntheticConfig) -> SearchResult:
     make, evaluator = SEARCHES[name]
-    result = search(Synthetic(cfg, evaluator), make(), lm, problem=0, seed=0)
+    task = Synthetic(cfg, evaluator)
+    assert lm.encode(task.suffix_text, add_bos=False) == task.suffix, "the value prompt's words must be single tokens"
+    result = search(task, make(), lm, problem=0, seed=0)
     result.tree.release_kv()
     return result
 
