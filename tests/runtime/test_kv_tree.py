@@ -6,6 +6,7 @@ import gc
 import weakref
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,6 +86,21 @@ def test_equal_prompts_are_stored_once(lm: LM) -> None:
     assert lm.kv.num_tokens == len(b.root.tokens)
     b.prune(b.root)
     assert lm.kv.pool.num_used == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seqs=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8))
+def test_inserted_sequences_share_exactly_their_common_prefixes(seqs: list[list[int]]) -> None:
+    """Tokens stored = distinct prefixes of the inserted sequences (a trie's size), and each
+    sequence reads back whole from its tail's path, whatever order the splits happen in."""
+    kv = KVTree(KVPool(1, 400, PAGE, 1, 4, dtype=torch.float32, device="cpu"))
+    tails = [kv.insert(None, list(seq)) for seq in seqs]
+    assert kv.num_tokens == len({tuple(seq[:n]) for seq in seqs for n in range(1, len(seq) + 1)})
+    for seq, tail in zip(seqs, tails):
+        assert [t for s in tail.path() for t in s.tokens] == seq
+    for tail in tails:
+        kv.release(tail)
+    assert kv.pool.num_used == 0
 
 
 def test_pool_exhaustion_is_clear_and_recoverable(tiny_model_dir) -> None:

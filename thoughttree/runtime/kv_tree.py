@@ -51,6 +51,22 @@ class Segment:
         return out[::-1]
 
 
+def _common_prefix(seg: list[int], tokens: list[int], i: int) -> int:
+    """How many leading tokens of ``seg`` equal ``tokens[i:]``: list slices compared in C, a
+    whole segment at once where it matches, else by halving."""
+    top = min(len(seg), len(tokens) - i)
+    if seg[:top] == tokens[i : i + top]:
+        return top
+    lo, hi = 0, top  # the first lo tokens match, the first hi do not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if seg[lo:mid] == tokens[i + lo : i + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _pages(slots: list[int], page_size: int) -> list[int]:
     return sorted({s // page_size for s in slots})
 
@@ -90,10 +106,7 @@ class KVTree:
             for child in node.children if node else self.roots:
                 if not child.sealed or child.tokens[0] != tokens[i]:
                     continue
-                n = 0
-                top = min(len(child.tokens), limit - i)
-                while n < top and child.tokens[n] == tokens[i + n]:
-                    n += 1
+                n = _common_prefix(child.tokens, tokens, i)
                 if n > best_len:
                     best, best_len = child, n
             if best is None:
