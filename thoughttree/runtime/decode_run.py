@@ -66,7 +66,7 @@ class DecodeRun:
         self.parent_tokens = sum(r.parent.end for r in self.requests)
         stats = engine.stats
         stats.plan_builds += 1
-        stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
+        stats.graphs, stats.graph_bytes = self.arena.num_graphs, self.arena.graph_bytes + self.arena.buffer_bytes
 
     def keeps(self, ids: Sequence[int]) -> bool:
         """Whether the next step of requests ``ids`` (a subset of this run's) goes on with this run."""
@@ -103,7 +103,7 @@ class DecodeRun:
                     inputs[2, row] = p.slots[-1]
                     parents[p.id] = p
         inputs[1, alive] = np.fromiter((t.start for t in live), dtype=np.int64, count=len(live)) + inputs[3, alive] - 1
-        replays = len(self.arena.graphs)
+        held = self.arena.num_graphs
         logits = self.arena.step(inputs)
         for t in [*live, *parents.values()]:
             t.written = len(t.tokens)
@@ -114,8 +114,8 @@ class DecodeRun:
         stats.graph_replays += int(self.arena.replayed)
         stats.attended_tokens += self.parent_tokens + grown
         stats.unique_tokens += self.shared_tokens + grown
-        if len(self.arena.graphs) != replays:
-            stats.graphs, stats.graph_bytes = len(self.arena.graphs), self.arena.graph_bytes + self.arena.buffer_bytes
+        if self.arena.num_graphs != held:
+            stats.graphs, stats.graph_bytes = self.arena.num_graphs, self.arena.graph_bytes + self.arena.buffer_bytes
         if self.filtered:
             packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],
                                    inputs[3].tolist(), fused=True)

@@ -3,9 +3,12 @@
 A general step gathers the segments on the paths of everything it touches, computes every
 token that has a slot but no KV yet (prefill rows, and the pending last token of finished
 generations), adds rows that only recompute an already-written token whose logits are wanted,
-builds one tree-attention plan for all rows and runs the model once. Decoding uses one such
-step for its first token; with the Triton kernels, the steps after it run on fixed buffers
-(:mod:`decode_run`, :mod:`graphs`), replayed as CUDA graphs on the GPU.
+builds one tree-attention plan for all rows and runs the model once: with the Triton kernels
+and at most ``RuntimeConfig.graph_max_rows`` rows on the decode buffers (a graph replay on the
+GPU; a few rows cost the host as much as many in an eager forward), else eagerly. Decoding
+uses one such step for its first token when a parent needs a prefill; with the Triton kernels,
+the steps after it run on fixed buffers (:mod:`decode_run`, :mod:`graphs`), replayed as CUDA
+graphs on the GPU.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 
 from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
+from ..kernels.decode_work import decode_work
 from .decode_run import DecodeRun
 from .graphs import Capacity, DecodeArena
 from .kv_tree import KVTree, Segment
@@ -159,13 +163,17 @@ class Engine:
             page_size=self.kv.pool.page_size,
             device=self.model.device,
         )
-        dev = self.model.device
-        width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
-        host_rows = np.zeros((3, width), dtype=np.int64)
-        host_rows[:, : len(tokens)] = [tokens, positions, slots]
-        rows = torch.from_numpy(host_rows).to(dev)[:, : len(tokens)]
-        step = _EagerKV(self.kv, plan, rows[2], num_write, self.attention)
-        hidden = self.model.forward(rows[0], rows[1], step)
+        if self.fast_decode and len(tokens) <= self.runtime.graph_max_rows:
+            logits = self._forward_on_arena(plan, np.array([tokens, positions, slots], dtype=np.int64), target_rows)
+        else:
+            dev = self.model.device
+            width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
+            host_rows = np.zeros((3, width), dtype=np.int64)
+            host_rows[:, : len(tokens)] = [tokens, positions, slots]
+            rows = torch.from_numpy(host_rows).to(dev)[:, : len(tokens)]
+            step = _EagerKV(self.kv, plan, rows[2], num_write, self.attention)
+            hidden = self.model.forward(rows[0], rows[1], step)
+            logits = self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
         for s in order:
             s.written = len(s.tokens)
         starts = np.array([s.start for s in order])
@@ -173,7 +181,25 @@ class Engine:
         self.stats.attended_tokens += int((starts[np.asarray(nodes)] + np.asarray(visible)).sum())
         self.stats.unique_tokens += sum(len(s.tokens) for s in order)
         self.stats.prefill_tokens += prefill
-        return self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
+        return logits
+
+    def _forward_on_arena(self, plan: TreePlan, rows: np.ndarray, targets: list[int]) -> torch.Tensor:
+        """Logits [len(targets), vocab] (float32) of a general forward run on the decode buffers.
+
+        rows: [3, T] tokens, positions and KV slots (-1: write nothing, sent to the scratch slot).
+        """
+        num_q = rows.shape[1]
+        rows[2, rows[2] < 0] = self.kv.pool.scratch_slot
+        m = self.model
+        work = decode_work(plan, [np.zeros(0, dtype=np.int64)] * num_q, 0, m.num_heads, m.num_kv_heads, m.cfg.head_dim,
+                           self.decode_work_config, share=self.attention == "deft")
+        arena = self.arena_for(Capacity.needed(work, num_q, len(work.host.shapes)), work.host.shapes)
+        arena.load(work, num_q)
+        held = arena.num_graphs
+        logits = arena.forward_rows(rows, np.asarray(targets, dtype=np.int64))
+        if arena.num_graphs != held:
+            self.stats.graphs, self.stats.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
+        return logits
 
     def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""

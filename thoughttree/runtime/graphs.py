@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -125,12 +126,13 @@ class DecodeArena:
             **config.launch,
         )
         # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
-        # slot, tail length (= tokens sampled). Two pinned host copies take turns, so writing one
-        # step's inputs never races the upload of the step before.
+        # slot, tail length (= tokens sampled), and for a general forward the row whose logits
+        # each output row takes. Two pinned host copies take turns, so writing one step's inputs
+        # never races the upload of the step before.
         width = r + r % 2  # each row of int64 inputs starts 16-byte aligned
-        self.step_in = torch.zeros(4, width, dtype=torch.int64, device=dev)
+        self.step_in = torch.zeros(5, width, dtype=torch.int64, device=dev)
         pinned = dev.type == "cuda"
-        self._host_step = torch.zeros(2, 4, width, dtype=torch.int64, pin_memory=pinned)
+        self._host_step = torch.zeros(2, 5, width, dtype=torch.int64, pin_memory=pinned)
         # Sampling: each row's temperature and seed (set per run), and the step's draws (token,
         # log-probability), copied to one of two pinned host buffers per step.
         self.temperature = torch.zeros(r, dtype=torch.float32, device=dev)
@@ -139,7 +141,8 @@ class DecodeArena:
         self._host_out = torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned)
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
         self._turn = 0
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # decode steps, by row bucket
+        self.row_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # general forwards
         self.graph_bytes = 0
         self.write_slots = self.step_in[2]
         self.num_write = 0
@@ -190,21 +193,43 @@ class DecodeArena:
     def step(self, inputs: np.ndarray) -> torch.Tensor:
         """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths) and draw each
         row's next token into :attr:`sampled`; returns the logits [R_b, V] in the model's dtype."""
+        b = self._upload(inputs, np.zeros(0, dtype=np.int64), tail_pad=1)
+        return self._run(self.graphs, b, b, lambda: self._forward(b))
+
+    def forward_rows(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
+        """A general forward of the loaded work: ``inputs`` [3, R] (tokens, positions, KV slots)
+        and the rows ``targets`` [n] whose logits [n, V] (float32) it returns. Replayed from a
+        graph per bucket of rows and of targets like the decode steps, it does no sampling and
+        touches no tail."""
+        b = self._upload(np.concatenate([inputs, np.zeros((1, inputs.shape[1]), dtype=np.int64)]), targets, tail_pad=0)
+        t = row_bucket(len(targets))
+        return self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)].float()
+
+    def _upload(self, inputs: np.ndarray, targets: np.ndarray, tail_pad: int) -> int:
+        """Write ``inputs`` [4, R] and ``targets`` into the next pinned buffer, padded to the
+        row bucket, and queue their copy to the device; returns the bucket."""
         r = inputs.shape[1]
         b = row_bucket(r)
         host_in = self._host_step[self._turn]
         host = host_in.numpy()
-        host[:, :r] = inputs
-        host[:, r:b] = np.array([[0], [0], [self.pool.scratch_slot], [1]])
+        host[:4, :r] = inputs
+        host[:4, r:b] = np.array([[0], [0], [self.pool.scratch_slot], [tail_pad]])
+        host[4, : len(targets)] = targets
+        host[4, len(targets) : b] = 0
         self.step_in[:, :b].copy_(host_in[:, :b], non_blocking=True)
+        return b
+
+    def _run(self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``forward()`` of ``b`` rows, replayed from ``graphs[key]`` (captured the first time)
+        when graphs are on and ``b`` is small enough."""
         self.replayed = self.use_graphs and b <= self.max_graph_rows
         if not self.replayed:
-            return self._forward(b)
-        if b not in self.graphs:
-            self._capture(b)
-        graph, logits = self.graphs[b]
+            return forward()
+        if key not in graphs:
+            graphs[key] = self._capture(forward)
+        graph, out = graphs[key]
         graph.replay()
-        return logits
+        return out
 
     def publish(self, rows: int) -> int:
         """Queue the copy of the last step's first ``rows`` draws to the host; a ticket for :meth:`collect`."""
@@ -221,12 +246,12 @@ class DecodeArena:
             self._events[ticket].synchronize()
         return self._host_out[ticket].numpy()
 
-    def _capture(self, b: int) -> None:
+    def _capture(self, forward: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         drawn = self.sampled.clone()  # the warm-up draws over them; the replay reads them
         with torch.cuda.stream(stream):
-            self._forward(b)  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
+            forward()  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
             self.sampled.copy_(drawn)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
@@ -239,15 +264,25 @@ class DecodeArena:
         gc.disable()
         try:
             with torch.cuda.graph(graph, pool=self.mempool):
-                logits = self._forward(b)
+                out = forward()
         finally:
             if collecting:
                 gc.enable()
         self.graph_bytes += torch.cuda.memory_reserved() - before
-        self.graphs[b] = (graph, logits)
+        return graph, out
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.graphs) + len(self.row_graphs)
+
+    def _forward_rows(self, b: int, t: int) -> torch.Tensor:
+        tokens, pos, slots, _, pick = self.step_in[:, :b].unbind(0)
+        self.write_slots, self.num_write = slots, b
+        hidden = self.model.forward(tokens, pos, self)
+        return self.model.logits(hidden[pick[:t]], upcast=False)
 
     def _forward(self, b: int) -> torch.Tensor:
-        tokens, pos, slots, tail_len = self.step_in[:, :b].unbind(0)
+        tokens, pos, slots, tail_len, _ = self.step_in[:, :b].unbind(0)
         ids = torch.where(tokens >= 0, tokens, self.sampled[:b, 0].long())
         # The newest token of each row extends its tail window and its tail pieces (a row with no
         # tail yet, the first step's, forwards its parent's last token and extends nothing).
