@@ -16,7 +16,7 @@ from thoughttree.data_parallel import PART_KEY
 
 GAME24 = ["game24", "--device", "cpu", "--start", "900", "--end", "903", "--breadth", "2", "--samples", "4",
           "--evaluations", "1"]
-CLOCK = ("wall_time", "tokens_per_s")
+CLOCK = ("wall_time", "tokens_per_s", "expand_seconds", "evaluate_seconds")
 
 
 def without_clock(data: Any) -> Any:

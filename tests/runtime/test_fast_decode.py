@@ -128,7 +128,8 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
     """Scoring sequences that share prefixes (one already stored in full, so its last row is only
     recomputed), and a prefill under existing KV: the general forward on the decode buffers
     (a graph per row and target bucket on the GPU) against the eager one with the same kernels
-    (``graph_max_rows=1`` keeps forwards of more rows eager) and against the PyTorch references."""
+    (``graph_max_rows=1`` keeps forwards of more than one row eager) and against the PyTorch
+    references."""
     prompt = [3 + i % 250 for i in range(40)]
     seqs = [prompt + [7, 8, 9], prompt + [7, 8, 10, 11], prompt[:30], prompt + [7, 8, 9, 12, 13]]
     out = []
@@ -139,13 +140,13 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
         graphs = lm.stats.graphs
         first = lm.tree_logits(seqs)
         again = lm.tree_logits(seqs)  # on the GPU: a replay of the graph the first call captured
-        node = tree.extend(tree.root, " 5 6 7")
-        tree.materialize([node])
-        extended = lm.tree_logits([node.path_tokens()])
-        lm.check_integrity(tree)
         assert (lm.engine.arena is not None) == (fast and max_rows > 1)  # no decode step ran
         if CUDA and max_rows > 1:
             assert lm.stats.graphs > graphs
+        node = tree.extend(tree.root, " 5 6 7")
+        tree.materialize([node])
+        extended = lm.tree_logits([node.path_tokens()])  # one row, recomputed
+        lm.check_integrity(tree)
         torch.testing.assert_close(first, again, rtol=0, atol=0)
         out.append(torch.cat([first, extended]))
     assert out[0].shape == (5, lm.config.vocab_size)
