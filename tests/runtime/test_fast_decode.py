@@ -137,12 +137,13 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
         lm = _lm(model_dir, fast=fast, max_rows=max_rows)
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
         tree.materialize()
-        graphs = lm.stats.graphs
         first = lm.tree_logits(seqs)
+        arena = lm.engine.arena
+        assert (arena is not None) == (fast and max_rows > 1)  # no decode step ran
+        held = dict(arena.row_graphs) if arena is not None else {}
         again = lm.tree_logits(seqs)  # on the GPU: a replay of the graph the first call captured
-        assert (lm.engine.arena is not None) == (fast and max_rows > 1)  # no decode step ran
-        if CUDA and max_rows > 1:
-            assert lm.stats.graphs > graphs
+        if arena is not None:
+            assert lm.engine.arena is arena and arena.row_graphs == held and bool(held) == CUDA
         node = tree.extend(tree.root, " 5 6 7")
         tree.materialize([node])
         extended = lm.tree_logits([node.path_tokens()])  # one row, recomputed
@@ -152,7 +153,6 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
     assert out[0].shape == (5, lm.config.vocab_size)
     torch.testing.assert_close(out[0], out[1], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(out[0], out[2], rtol=5e-2, atol=5e-2)
-    assert (out[0].argmax(-1) == out[2].argmax(-1)).all()
 
 
 def _plans_needed(lengths: list[int]) -> int:
