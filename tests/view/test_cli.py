@@ -25,7 +25,8 @@ def run_file(tmp_path, monkeypatch) -> Path:
             {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), 
              "result": {"stats": {"wall_time": 1.25}}},
             {"problem": "1 1 1 1", "tree": tree_to_dict(small), "result": {"solved": False}},
-            {"problem": "2 2 2 2", "tree": tree_to_dict(small), "result": {"statistics": {"wall_time": 0.5}}},
+            {"problem": "2 2 2 2", "tree": tree_to_dict(small), "result": {"statistics": {"wall_time": 0.5, "per_round": [
+                {"expand_seconds": 0.25, "evaluate_seconds": 0.125}, {"expand_seconds": 0.0625, "evaluate_seconds": 0.0}]}}},
         ],
     )
     path = tmp_path / "run.json"
@@ -59,11 +60,12 @@ def test_stats_table_per_problem_total_and_meta(run_file, capsys):
     code, out, err = run_cli(capsys, "stats", run_file)
     assert code == 0 and err == ""
     rows = {ln.split()[0]: ln for ln in out.splitlines() if re.match(r"\s*(\d:|total)", ln)}
-    #        nodes  depths  branch  prompt  gen  solved  pruned  best  time
-    assert re.search(r"11\s+1 5 5\s+2\.5\s+4\s+17\s+2\s+1\s+1\s+1\.25s", rows["0:"])
-    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+–", rows["1:"])
-    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+0\.50s", rows["2:"])  # a search result's "statistics"
-    assert re.search(r"15\s+3 7 5\s+2\s+8\s+23\s+2\s+1\s+1\s+1\.75s", rows["total"])
+    #        nodes  depths  branch  prompt  gen  solved  pruned  best  time  expand  eval
+    assert re.search(r"11\s+1 5 5\s+2\.5\s+4\s+17\s+2\s+1\s+1\s+1\.25s\s+–\s+–", rows["0:"])
+    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+–\s+–\s+–", rows["1:"])
+    # A search result's "statistics", with the rounds' expansion and evaluation seconds.
+    assert re.search(r"2\s+1 1\s+1\s+2\s+3\s+0\s+0\s+–\s+0\.50s\s+0\.31s\s+0\.12s", rows["2:"])
+    assert re.search(r"15\s+3 7 5\s+2\s+8\s+23\s+2\s+1\s+1\s+1\.75s\s+0\.31s\s+0\.12s", rows["total"])
     assert re.search(r"success_rate\s+0\.5", out) and '{"breadth": 5, "name": "bfs"}' in out
     code, out, _ = run_cli(capsys, "stats", run_file, "--total")
     assert code == 0 and "total (3)" in out and "4 5 6 10" not in out
@@ -127,3 +129,14 @@ def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys
     with pytest.raises(SystemExit) as exc:  # argparse's own usage errors keep its status 2
         main(["show", str(run_file), "--children", "0"])
     assert exc.value.code == 2
+
+
+def test_stats_shows_no_round_split_where_a_run_file_has_odd_round_records(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    small = ThoughtTree(prompt=[7, 8])
+    rounds = [{"expand_seconds": "fast", "evaluate_seconds": 0.1}]
+    run = RunFile(meta={}, problems=[{"problem": "p", "tree": tree_to_dict(small),
+                                      "result": {"statistics": {"wall_time": 0.5, "per_round": rounds}}}])
+    run.save(tmp_path / "run.json")
+    code, out, _ = run_cli(capsys, "stats", tmp_path / "run.json")
+    assert code == 0 and re.search(r"0\.50s\s+–\s+–", out)

@@ -60,6 +60,20 @@ def _wall_time(result: Any) -> float | None:
     return None
 
 
+def _round_seconds(result: Any) -> tuple[float, float] | None:
+    """Seconds a search spent expanding and evaluating, summed over its rounds (``per_round`` in
+    the result's "statistics"); None when the run file does not record them."""
+    stats = result.get("statistics") if isinstance(result, dict) else None
+    rounds = stats.get("per_round") if isinstance(stats, dict) else None
+    keys = ("expand_seconds", "evaluate_seconds")
+    if not isinstance(rounds, list) or not rounds:
+        return None
+    values = [[r.get(k) if isinstance(r, dict) else None for k in keys] for r in rounds]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for pair in values for v in pair):
+        return None
+    return sum(float(a) for a, _ in values), sum(float(b) for _, b in values)
+
+
 # -- show ----------------------------------------------------------------------------------------
 def add_show(sub: Subparsers) -> None:
     p = sub.add_parser("show", help="draw the searched trees of a run file")
@@ -109,12 +123,15 @@ def add_stats(sub: Subparsers) -> None:
     p.set_defaults(run=run_stats)
 
 
-_STATS_COLUMNS = ("nodes", "depths", "branch", "prompt", "gen", "solved", "pruned", "best", "time")
+_STATS_COLUMNS = ("nodes", "depths", "branch", "prompt", "gen", "solved", "pruned", "best", "time", "expand", "eval")
 
 
-def _stats_row(summary: TreeSummary, seconds: float | None) -> list[str]:
+def _stats_row(summary: TreeSummary, seconds: float | None, rounds: tuple[float, float] | None) -> list[str]:
     def opt(value: float | None) -> str:
         return "–" if value is None else format_stat(value)
+
+    def secs(value: float | None) -> str:
+        return "–" if value is None else f"{value:.2f}s"
 
     return [
         format_stat(summary.nodes),
@@ -125,13 +142,15 @@ def _stats_row(summary: TreeSummary, seconds: float | None) -> list[str]:
         format_stat(summary.solved),
         format_stat(summary.pruned),
         opt(summary.best_value),
-        "–" if seconds is None else f"{seconds:.2f}s",
+        secs(seconds),
+        *((secs(None), secs(None)) if rounds is None else map(secs, rounds)),
     ]
 
 
 def _stats_table(title: str, rows: list[tuple[str, list[str]]], console: Console) -> Table:
     """One row per problem when the terminal is wide enough, else one block of metric rows per problem."""
-    caption = "prompt, gen: tokens of roots, of other nodes; branch: mean children of expanded nodes"
+    caption = ("prompt, gen: tokens of roots, of other nodes; branch: mean children of expanded nodes; "
+               "expand, eval: seconds of the search's expansions and evaluations")
     wide = Table(
         title=title, title_justify="left", caption=caption, caption_justify="left",
         box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
@@ -159,17 +178,20 @@ def run_stats(args: argparse.Namespace) -> int:
     run = load_run(args.run_file)
     chosen = _select(run, args.problem, args.run_file)
     rows: list[tuple[str, list[str]]] = []
-    summaries, times = [], []
+    summaries, times, halves = [], [], []
     for i, entry, tree in chosen:
-        summary, seconds = summarize(tree), _wall_time(entry.get("result"))
+        summary, seconds, rounds = summarize(tree), _wall_time(entry.get("result")), _round_seconds(entry.get("result"))
         summaries.append(summary)
         times.append(seconds)
+        halves.append(rounds)
         if not args.total:
             problem = f"{i}: {one_line(str(entry['problem']), 20)}" if entry.get("problem") is not None else str(i)
-            rows.append((problem, _stats_row(summary, seconds)))
+            rows.append((problem, _stats_row(summary, seconds, rounds)))
     if len(chosen) > 1 or args.total:
         known = [t for t in times if t is not None]
-        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None)))
+        split = [h for h in halves if h is not None]
+        total_halves = (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
+        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None, total_halves)))
     console = Console()
     console.print(_stats_table(str(args.run_file), rows, console))
     if run.meta or run.totals:
