@@ -147,12 +147,28 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
         node = tree.extend(tree.root, " 5 6 7")
         tree.materialize([node])
         extended = lm.tree_logits([node.path_tokens()])  # one row, recomputed
+        repeated = lm.tree_logits([prompt[:20]] * 9)  # nine targets on one recomputed row
+        torch.testing.assert_close(repeated, repeated[:1].expand(9, -1), rtol=0, atol=0)
         lm.check_integrity(tree)
         torch.testing.assert_close(first, again, rtol=0, atol=0)
-        out.append(torch.cat([first, extended]))
-    assert out[0].shape == (5, lm.config.vocab_size)
+        out.append(torch.cat([first, extended, repeated[:1]]))
+    assert out[0].shape == (6, lm.config.vocab_size)
     torch.testing.assert_close(out[0], out[1], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(out[0], out[2], rtol=5e-2, atol=5e-2)
+
+
+def test_more_samples_than_prefill_rows_from_a_short_prompt(model_dir) -> None:
+    """Eight samples of a four-token prompt that needs its prefill: the first step's forward
+    (on the decode buffers) has four rows and eight targets on its last; tokens as the general
+    steps give."""
+    sampling = Sampling(max_tokens=3, temperature=1.0, ignore_eos=True)
+    got = []
+    for fast in (True, False):
+        lm = _lm(model_dir, fast=fast)
+        tree = ThoughtTree(lm, prompt=[3, 17, 29, 41], seed=0)
+        got.append([k.tokens for k in tree.expand([tree.root], n=8, sampling=sampling)[0]])
+        lm.check_integrity(tree)
+    assert got[0] == got[1] and len(set(map(tuple, got[0]))) > 1
 
 
 def _plans_needed(lengths: list[int]) -> int:

@@ -196,10 +196,15 @@ class Engine:
         arena = self.arena_for(Capacity.needed(work, num_q, len(work.host.shapes)), work.host.shapes)
         arena.load(work, num_q)
         held = arena.num_graphs
-        logits = arena.forward_rows(rows, np.asarray(targets, dtype=np.int64))
+        # Targets may repeat a row (several samples of one parent): each row's logits once.
+        want = np.asarray(targets, dtype=np.int64)
+        picked, inverse = np.unique(want, return_inverse=True)
+        logits = arena.forward_rows(rows, picked)
         if arena.num_graphs != held:
             self.stats.graphs, self.stats.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
-        return logits
+        if np.array_equal(picked, want):
+            return logits
+        return logits[torch.from_numpy(inverse.reshape(-1)).to(logits.device)]
 
     def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""

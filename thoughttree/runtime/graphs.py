@@ -198,7 +198,7 @@ class DecodeArena:
 
     def forward_rows(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
         """A general forward of the loaded work: ``inputs`` [3, R] (tokens, positions, KV slots)
-        and the rows ``targets`` [n] whose logits [n, V] (float32) it returns. Replayed from a
+        and the distinct rows ``targets`` [n] (n <= R) whose logits [n, V] (float32) it returns. Replayed from a
         graph per bucket of rows and of targets like the decode steps, it does no sampling and
         touches no tail."""
         b = self._upload(np.concatenate([inputs, np.zeros((1, inputs.shape[1]), dtype=np.int64)]), targets, tail_pad=0)
