@@ -124,7 +124,8 @@ def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) ->
     assert got[0] == got[1]
 
 
-def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
+@pytest.mark.parametrize("attention", ["deft", "per_sequence"])
+def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir, attention: str) -> None:
     """Scoring sequences that share prefixes (one already stored in full, so its last row is only
     recomputed), and a prefill under existing KV: the general forward on the decode buffers
     (a graph per row and target bucket on the GPU) against the eager one with the same kernels
@@ -135,6 +136,7 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir) -> None:
     out = []
     for fast, max_rows in ((True, 512), (True, 1), (False, 512)):
         lm = _lm(model_dir, fast=fast, max_rows=max_rows)
+        lm.engine.attention = attention if fast else "reference"
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
         tree.materialize()
         first = lm.tree_logits(seqs)
