@@ -448,9 +448,10 @@ def _wide_split(
 def _short_launches(
     plan: TreePlan, small: np.ndarray, nodes: np.ndarray, cls: np.ndarray, lengths: np.ndarray, queries: np.ndarray,
     per_block: np.ndarray, shares_sms: np.ndarray, cfg: WorkConfig,
-) -> np.ndarray | None:
-    """[N] bool over the shared nodes: those of the launches better read by each query's merge
-    (None: none are).
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
+    """([N] bool over the shared nodes: those of the launches better read by each query's merge,
+    the queries' paths through the nodes then read by the merges as ``plan.path_slots`` gives
+    them), or None where no launch is folded.
 
     A launch of short nodes beside another one costs its start-up and its partials' round trip,
     and keeps the merge from starting while the partials run (it starts early behind one launch
@@ -493,8 +494,9 @@ def _short_launches(
         return None
     trial = small.copy()
     trial[nodes[fold]] = True
-    offsets, _ = plan.path_slots(trial)
-    return None if (offsets[1:] - offsets[:-1]).max() > cfg.fold_own else fold
+    paths = plan.path_slots(trial)
+    offsets = paths[0]
+    return None if (offsets[1:] - offsets[:-1]).max() > cfg.fold_own else (fold, paths)
 
 
 @functools.cache
@@ -721,9 +723,11 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     model = _class_model(tuple(shapes), head_dim, limits)
     if cfg.waves is None:
         cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
+    own_paths = None  # each query's path through the nodes its merge reads, when already walked
     if cfg.fold_launches:
-        fold = _short_launches(plan, small, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
-        if fold is not None:
+        folded = _short_launches(plan, small, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
+        if folded is not None:
+            fold, own_paths = folded
             small[nodes[fold]] = True
             nodes, n_len, n_queries, cls = (a[~fold] for a in (nodes, n_len, n_queries, cls))
     per_block = bm_of[cls] // group  # queries per tile
@@ -781,7 +785,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     i_len = (t1 - t0)[i_chunk]
     i_len = np.where(q_node[last] == i_node, np.minimum(q_vis[last] - i_t0, i_len), i_len)
     items = item_rows(len(i_chunk), plan.node_offsets[i_node] + i_t0, i_len, i_t0, i_node, i_qstart, i_count)
-    own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg)
+    own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg, own_paths)
     return layout(
         plan.num_queries,
         np.concatenate([plan.slots, own_slots]),
@@ -791,10 +795,14 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     )
 
 
-def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkConfig) -> tuple[np.ndarray, ...]:
+def _own_work(
+    plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkConfig,
+    paths: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, ...]:
     """Per query, the short nodes on its path, read by that query alone: by its merge program
     when they are at most ``cfg.fold_own`` keys, else by items of at most OWN_PIECE keys (a chain
-    of many short nodes is split so one program never walks the whole chain).
+    of many short nodes is split so one program never walks the whole chain). ``paths``:
+    ``plan.path_slots(small)`` when the caller has it.
 
     Returns (slots [S'] to append to the plan's, items [I', 7], own_start and own_len
     [OWN_RANGES, Q]: range 0 filled, in the appended slots' numbering).
@@ -804,7 +812,7 @@ def _own_work(plan: TreePlan, small: np.ndarray, q_perm: np.ndarray, cfg: WorkCo
     fold_len = np.zeros_like(own_start)
     if not small.any():
         return np.zeros(0, dtype=np.int64), np.zeros((0, ITEM_FIELDS), dtype=np.int64), own_start, fold_len
-    own_offsets, own_slots = plan.path_slots(small)
+    own_offsets, own_slots = plan.path_slots(small) if paths is None else paths
     own_len = own_offsets[1:] - own_offsets[:-1]
     folded = own_len <= cfg.fold_own
     own_start[0] = len(plan.slots) + own_offsets[:-1]
