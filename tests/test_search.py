@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -243,7 +244,8 @@ def test_live_view_is_updated_every_round():
     lm, task = random_world()
     result = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="Q", live=LiveView(console=console))
     assert result.statistics.rounds == 2
-    assert "KV reuse" in console.export_text()
+    text = console.export_text()
+    assert "KV reuse" in text and re.search(r"expanding [0-9.]+ s", text) and re.search(r"evaluating [0-9.]+ s", text)
 
 
 def test_default_task_request_is_a_sample_of_its_config():

@@ -43,6 +43,8 @@ _LABELS: dict[str, tuple[str, str]] = {
     "kv_reuse": ("KV reuse", "×"),
     "best_value": ("best", ""),
     "wall_time": ("time", " s"),
+    "expand_seconds": ("expanding", " s"),
+    "evaluate_seconds": ("evaluating", " s"),
 }
 
 

@@ -95,6 +95,8 @@ class Statistics:
             "generated_tokens": self.generated_tokens,
             "tokens_per_s": self.generated_tokens / self.wall_time if self.wall_time > 0 else 0.0,
             "reuse_factor": self.reuse_factor,
+            "expand_seconds": sum(r.expand_seconds for r in self.per_round),
+            "evaluate_seconds": sum(r.evaluate_seconds for r in self.per_round),
         }
         if best_value is not None:
             out["best_value"] = best_value
