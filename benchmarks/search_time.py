@@ -16,7 +16,8 @@ not change the work done): the root is ``--prompt`` random tokens; a node's chil
     python benchmarks/search_time.py [--shape llama3-8b] [--searches bfs,mcts,beam]
 
 Each search runs twice with the same seed (the same work): the first compiles kernels and
-captures graphs (``cold s``); the second is the one timed in the other columns. Columns: rounds;
+captures graphs (``cold s``); the second is the one timed in the other columns (its graph
+captures, of buckets its first run captured before its buffers last grew, are counted). Columns: rounds;
 forward steps of the expansions / the evaluations; tokens prefilled and generated; wall time,
 its expansion and evaluation halves (``RoundStats``) and the rest (the strategy and the tree's
 bookkeeping); the floor of the model work; wall ÷ floor; ms per forward step. Floor = the larger
@@ -157,13 +158,15 @@ def main() -> None:
     table = Table(title=f"whole searches, Llama shape {args.shape}, bf16, random weights: prompt {args.prompt}, "
                   f"thoughts of {args.thought} tokens, value prompt {args.suffix} tokens", title_justify="left")
     for col in ("search", "rounds", "forward steps (expand / evaluate)", "prefill tokens", "generated tokens", "cold s",
-                "wall s", "expand s", "evaluate s", "rest s", "floor s", "wall / floor", "ms / forward"):
+                "wall s", "expand s", "evaluate s", "rest s", "captures", "floor s", "wall / floor", "ms / forward"):
         table.add_column(col, justify="right")
     for name in names:
         t0 = time.perf_counter()
         run(lm, name, cfg)
         cold = time.perf_counter() - t0
+        captured = lm.stats.graph_captures
         result = run(lm, name, cfg)
+        captured = lm.stats.graph_captures - captured
         s = result.statistics
         expand = sum(r.expand_seconds for r in s.per_round)
         evaluate = sum(r.evaluate_seconds for r in s.per_round)
@@ -171,7 +174,7 @@ def main() -> None:
         floor = floor_seconds(result, lm, shape, *measured) if measured else float("nan")
         table.add_row(name, str(s.rounds), f"{steps[0]} / {steps[1]}", f"{s.prefill_tokens:,}", f"{s.generated_tokens:,}",
                       f"{cold:.2f}", f"{s.wall_time:.2f}", f"{expand:.2f}", f"{evaluate:.2f}",
-                      f"{s.wall_time - expand - evaluate:.2f}", f"{floor:.2f}", f"{s.wall_time / floor:.2f}×",
+                      f"{s.wall_time - expand - evaluate:.2f}", str(captured), f"{floor:.2f}", f"{s.wall_time / floor:.2f}×",
                       f"{1000 * s.wall_time / s.forward_steps:.2f}")
         if args.profile:
             profile(lm, name, cfg, console)

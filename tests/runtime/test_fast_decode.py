@@ -233,8 +233,11 @@ def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
         runs.append((tokens, logprobs))
         if graphs and max_rows == 512:
             assert lm.stats.graph_replays > 0 and lm.stats.graphs > 0 and lm.stats.graph_bytes > 0
+            assert lm.stats.graph_captures >= lm.stats.graphs  # each graph held was captured once at least
         if max_rows == 2:
             assert lm.stats.graph_replays == 0
+        if not graphs:
+            assert lm.stats.graph_captures == 0
     assert runs[0] == runs[1] == runs[2]
 
 

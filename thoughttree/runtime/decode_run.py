@@ -115,6 +115,7 @@ class DecodeRun:
         stats.attended_tokens += self.parent_tokens + grown
         stats.unique_tokens += self.shared_tokens + grown
         if self.arena.num_graphs != held:
+            stats.graph_captures += self.arena.num_graphs - held
             stats.graphs, stats.graph_bytes = self.arena.num_graphs, self.arena.graph_bytes + self.arena.buffer_bytes
         if self.filtered:
             packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],

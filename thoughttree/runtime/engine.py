@@ -43,6 +43,7 @@ class EngineStats:
     graph_replays: int = 0
     overlapped_steps: int = 0  # fast steps queued before the host had read the draws of the step before
     graphs: int = 0  # CUDA graphs held now
+    graph_captures: int = 0  # graphs captured (a bucket's first step, and again after the buffers grow)
     graph_bytes: int = 0  # device memory held by them and their buffers
     plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
 
@@ -201,6 +202,7 @@ class Engine:
         picked, inverse = np.unique(want, return_inverse=True)
         logits = arena.forward_rows(rows, picked)
         if arena.num_graphs != held:
+            self.stats.graph_captures += arena.num_graphs - held
             self.stats.graphs, self.stats.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
         if np.array_equal(picked, want):
             return logits
