@@ -11,7 +11,9 @@ copies a step's draws to pinned host memory behind an event (two such buffers ta
 lengths and newest slots are written into the work on the device, inside the step (into the
 merge's own ranges when the tails are folded, else into the tail items), so the graph sees the
 tree grow without being captured again. Padding rows write their keys and values to the pool's
-scratch slot and are never read.
+scratch slot and are never read. The same buffers run a general forward of a few rows (a
+prefill of value prompts, ``tree_logits``): its work loaded like a decode run's without tails,
+the logits of chosen rows out, a graph per bucket of rows and of those rows.
 """
 
 from __future__ import annotations
@@ -198,9 +200,9 @@ class DecodeArena:
 
     def forward_rows(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
         """A general forward of the loaded work: ``inputs`` [3, R] (tokens, positions, KV slots)
-        and the distinct rows ``targets`` [n] (n <= R) whose logits [n, V] (float32) it returns. Replayed from a
-        graph per bucket of rows and of targets like the decode steps, it does no sampling and
-        touches no tail."""
+        and the distinct rows ``targets`` [n] (n <= R) whose logits [n, V] (float32) it returns.
+        Replayed from a graph per bucket of rows and of targets like the decode steps, it does
+        no sampling and touches no tail."""
         b = self._upload(np.concatenate([inputs, np.zeros((1, inputs.shape[1]), dtype=np.int64)]), targets, tail_pad=0)
         t = row_bucket(len(targets))
         return self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)].float()
