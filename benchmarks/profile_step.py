@@ -25,7 +25,7 @@ from thoughttree.kernels import WorkConfig
 from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
-from tree_decode import SHAPES, copy_bandwidth, step_gpu_seconds
+from tree_decode import SHAPES, copy_bandwidth, step_bytes, step_gpu_seconds
 from tree_timing import changed_fields, config_label
 
 
@@ -93,10 +93,8 @@ def main() -> None:
         total, count = groups.get(name, (0.0, 0))
         groups[name] = (total + t, count + e.count)
     total = sum(t for t, _ in groups.values()) / steps
-    d = shape["hidden"] // shape["heads"]
-    weights = sum(t.numel() * t.element_size() for k, t in lm.model.w.items() if k != "embed")
-    kv = (args.prompt + args.branches * 17) * 2 * shape["layers"] * shape["kv_heads"] * d * 2
-    floor = (weights + kv) / copy_bandwidth() * 1e6
+    weights, kv_token = step_bytes(lm)
+    floor = (weights + (args.prompt + args.branches * 17) * kv_token) / copy_bandwidth() * 1e6
     table = Table(title=f"{args.shape}, prompt {args.prompt} x {args.branches} branches, {args.attention}: "
                   f"GPU {total:.0f} µs per step, floor {floor:.0f} µs", title_justify="left")
     for col in ("kernel", "µs per step", "launches per step", "share"):

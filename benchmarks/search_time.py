@@ -46,7 +46,7 @@ from thoughttree.strategies import BFS, MCTS, Beam
 from thoughttree.tasks import LabelProbs, Task, TaskConfig, ValuePrompt
 
 from profile_step import random_lm
-from tree_decode import SHAPES
+from tree_decode import SHAPES, step_bytes
 from tree_timing import roofs
 
 LABELS = {"t3": 1.0, "t4": 0.5, "t5": 0.0}  # value labels: words of the benchmark model's tokenizer
@@ -94,8 +94,7 @@ def floor_seconds(result: SearchResult, lm: LM, shape: dict[str, int], copy: flo
     w = lm.model.w
     layer_params = sum(t.numel() for k, t in w.items() if t.dim() == 2 and k.startswith("layers."))
     head_params = w["lm_head"].numel() if "lm_head" in w else w["embed"].numel()
-    weight_bytes = sum(t.numel() * t.element_size() for k, t in w.items() if k != "embed")
-    kv_token_bytes = 2 * shape["layers"] * shape["kv_heads"] * d * 2
+    weight_bytes, kv_token_bytes = step_bytes(lm)
     byte_time = (s.forward_steps * weight_bytes + s.unique_tokens * kv_token_bytes) / copy
     flops = (2 * layer_params * (s.prefill_tokens + s.generated_tokens) + 2 * head_params * s.generated_tokens
              + 4 * shape["layers"] * shape["heads"] * d * s.attended_tokens)

@@ -67,6 +67,14 @@ def build_model(dir: Path, args: argparse.Namespace) -> None:
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2").save_pretrained(dir)
 
 
+def step_bytes(lm: LM) -> tuple[int, int]:
+    """(bytes of the weights a decode step reads: all but the embedding, of which it reads only
+    its tokens' rows; bytes of one token's KV over all layers), of this process's shard."""
+    w, cfg = lm.model.w, lm.model.cfg
+    weights = sum(t.numel() * t.element_size() for k, t in w.items() if k != "embed")
+    return weights, 2 * cfg.num_layers * lm.model.num_kv_heads * cfg.head_dim * w["embed"].element_size()
+
+
 def sync_time() -> float:
     torch.cuda.synchronize()
     return time.perf_counter()
@@ -164,9 +172,8 @@ def main() -> None:
         if not args.no_transformers:
             model = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.bfloat16).cuda().eval()
     # Every weight is read once per step; of the embedding only the rows of the step's tokens.
-    weight_bytes = sum(t.numel() * t.element_size() for k, t in lm.model.w.items() if k != "embed")
+    weight_bytes, kv_token_bytes = step_bytes(lm)
     matmul_params = sum(t.numel() for k, t in lm.model.w.items() if t.dim() == 2 and k != "embed")
-    kv_token_bytes = 2 * args.layers * args.kv_heads * (args.hidden // args.heads) * 2
     table = Table(title=f"tree decoding, Llama shape {args.shape}: L={args.layers} hidden={args.hidden} "
                   f"heads={args.heads}/{args.kv_heads} inter={args.intermediate} vocab={args.vocab}, bf16, random weights",
                   title_justify="left")

@@ -27,6 +27,8 @@ from rich.table import Table
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.runtime.parallel import init_distributed, local_device
 
+from tree_decode import step_bytes
+
 Build = Callable[[Path, argparse.Namespace], None]
 
 
@@ -78,10 +80,7 @@ def collectives_ms(lm: LM, branches: int, repeats: int = 50) -> float:
 
 def bytes_per_step(lm: LM, prompt: int, branches: int, tokens: int) -> int:
     """Weights this rank reads per decode step (all but the embedding) and its KV read at mid-decode."""
-    w = lm.model.w
-    weights = sum(t.numel() * t.element_size() for k, t in w.items() if k != "embed")
-    cfg = lm.model.cfg
-    per_token = 2 * cfg.num_layers * lm.model.num_kv_heads * cfg.head_dim * w["embed"].element_size()
+    weights, per_token = step_bytes(lm)
     return weights + per_token * (prompt + branches * tokens // 2)
 
 

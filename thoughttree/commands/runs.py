@@ -143,7 +143,7 @@ def _stats_row(summary: TreeSummary, seconds: float | None, rounds: tuple[float,
         format_stat(summary.pruned),
         opt(summary.best_value),
         secs(seconds),
-        *((secs(None), secs(None)) if rounds is None else map(secs, rounds)),
+        *(secs(v) for v in rounds or (None, None)),
     ]
 
 

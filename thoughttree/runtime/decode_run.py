@@ -66,7 +66,7 @@ class DecodeRun:
         self.parent_tokens = sum(r.parent.end for r in self.requests)
         stats = engine.stats
         stats.plan_builds += 1
-        stats.graphs, stats.graph_bytes = self.arena.num_graphs, self.arena.graph_bytes + self.arena.buffer_bytes
+        stats.note_graphs(self.arena)
 
     def keeps(self, ids: Sequence[int]) -> bool:
         """Whether the next step of requests ``ids`` (a subset of this run's) goes on with this run."""
@@ -114,9 +114,7 @@ class DecodeRun:
         stats.graph_replays += int(self.arena.replayed)
         stats.attended_tokens += self.parent_tokens + grown
         stats.unique_tokens += self.shared_tokens + grown
-        if self.arena.num_graphs != held:
-            stats.graph_captures += self.arena.num_graphs - held
-            stats.graphs, stats.graph_bytes = self.arena.num_graphs, self.arena.graph_bytes + self.arena.buffer_bytes
+        stats.note_graphs(self.arena, held)
         if self.filtered:
             packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],
                                    inputs[3].tolist(), fused=True)

@@ -51,6 +51,15 @@ class EngineStats:
     def reuse_factor(self) -> float:
         return self.attended_tokens / self.unique_tokens if self.unique_tokens else 1.0
 
+    def note_graphs(self, arena: DecodeArena, held: int | None = None) -> None:
+        """Record the graphs ``arena`` holds and their memory. ``held``: how many it held before
+        a step (the rest that step captured; nothing to record when it captured none)."""
+        if held is not None:
+            if arena.num_graphs == held:
+                return
+            self.graph_captures += arena.num_graphs - held
+        self.graphs, self.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
+
 
 @dataclass(frozen=True)
 class DecodeRequest:
@@ -201,9 +210,7 @@ class Engine:
         want = np.asarray(targets, dtype=np.int64)
         picked, inverse = np.unique(want, return_inverse=True)
         logits = arena.forward_rows(rows, picked)
-        if arena.num_graphs != held:
-            self.stats.graph_captures += arena.num_graphs - held
-            self.stats.graphs, self.stats.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
+        self.stats.note_graphs(arena, held)
         if np.array_equal(picked, want):
             return logits
         return logits[torch.from_numpy(inverse.reshape(-1)).to(logits.device)]
