@@ -14,7 +14,7 @@ import torch
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig, workplan
-from thoughttree.runtime.graphs import DecodeArena
+from thoughttree.runtime.graphs import Capacity, DecodeArena
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
 CUDA = torch.cuda.is_available()
@@ -325,3 +325,16 @@ def test_an_arena_is_kept_across_work_sizing_and_rebuilt_for_new_launch_settings
     engine.decode_work_config = WorkConfig(merge_block=1)  # a launch setting its graphs hold
     rebuilt = engine.arena_for(first.cap, first.shapes)
     assert rebuilt is not first and rebuilt.work.merge_block == 1
+
+
+def test_arena_capacity_leaves_room_where_trees_grow() -> None:
+    need = Capacity(rows=8, slots=300, items=(3, 0, 9), partials=40, tail_pieces=5)
+    first = need.grown(None, min_rows=512)
+    assert first == Capacity(rows=512, slots=1024, items=(4, 0, 16), partials=128, tail_pieces=16)
+    assert first.holds(need)
+    # A tree twice as large fits the same buffers: no rebuild, no graph recaptured.
+    assert first.holds(Capacity(rows=16, slots=600, items=(4, 0, 16), partials=80, tail_pieces=9))
+    # Past them, only the sizes that overflow grow (with room again); the others stay.
+    more = Capacity(rows=8, slots=1500, items=(20, 1, 9), partials=40, tail_pieces=5).grown(first, min_rows=512)
+    assert more == Capacity(rows=512, slots=4096, items=(32, 1, 16), partials=128, tail_pieces=16)
+    assert Capacity(rows=768, slots=1, items=(0, 0, 0), partials=1, tail_pieces=1).grown(more, min_rows=512).rows == 768

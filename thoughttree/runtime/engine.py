@@ -222,7 +222,8 @@ class Engine:
         same = old is not None and old.attention == self.attention and old.launch == cfg.launch
         if same and old.shapes == shapes and old.cap.holds(need):
             return old
-        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None)
+        # Rows are cheap: room for the largest graphed forward up front.
+        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None, min(self.runtime.graph_max_rows, 1024))
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,

@@ -71,13 +71,23 @@ class Capacity:
             and self.tail_pieces >= other.tail_pieces and all(a >= b for a, b in zip(self.items, other.items))
         )
 
-    def grown(self, other: Capacity | None) -> Capacity:
-        """Power-of-two capacities at least as large as ``self`` and ``other``."""
-        o = other or self
+    def grown(self, other: Capacity | None, min_rows: int = 1) -> Capacity:
+        """Capacities for the need ``self`` over the arena ``other`` had (None: the first arena).
+
+        A size ``other`` holds stays. One it does not is rounded up to a power of two; slots,
+        partials and tail pieces twice over, since trees grow during a search and each rebuild
+        recaptures every graph, while their spare room costs only memory. Items stay tight: a
+        launch runs a program per item of capacity. Rows are at least ``min_rows``' bucket.
+        """
+        o = other or Capacity(0, 0, (0,) * len(self.items), 0, 0)
+
+        def room(need: int, had: int) -> int:
+            return had if other is not None and need <= had else _grow(2 * need)
+
         return Capacity(
-            max(self.rows, o.rows), _grow(max(self.slots, o.slots)),
+            max(self.rows, o.rows, row_bucket(min_rows)), room(self.slots, o.slots),
             tuple(_grow(max(a, b), 0) if max(a, b) else 0 for a, b in zip(self.items, o.items)),
-            _grow(max(self.partials, o.partials)), _grow(max(self.tail_pieces, o.tail_pieces)),
+            room(self.partials, o.partials), room(self.tail_pieces, o.tail_pieces),
         )
 
 
