@@ -6,6 +6,7 @@ CUDA the same checks run in bfloat16 with graphs on and off, plus transformers o
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import pytest
@@ -239,6 +240,37 @@ def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
         if not graphs:
             assert lm.stats.graph_captures == 0
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_larger_buffers_recapture_without_an_eager_warm_up(model_dir, monkeypatch) -> None:
+    """Buffers rebuilt larger capture each row bucket again; one whose kernels ran before (same
+    tile classes and launch settings) skips the eager warm-up and still decodes as eager steps do."""
+    greedy = Sampling(max_tokens=6, temperature=0, ignore_eos=True)
+    real = DecodeArena._capture
+    warm_ups: list[bool] = []
+
+    def capture(self: DecodeArena, forward, warm_up: bool):
+        warm_ups.append(warm_up)
+        return real(self, forward, warm_up)
+
+    monkeypatch.setattr(DecodeArena, "_capture", capture)
+    runs = []
+    for graphs in (True, False):
+        lm = _lm(model_dir, fast=True, graphs=graphs)
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        kids = tree.expand([tree.root], n=2, sampling=greedy)[0]
+        first = lm.engine.arena
+        held = len(warm_ups)
+        lm.engine.arena_for(dataclasses.replace(first.cap, slots=2 * first.cap.slots), first.shapes)
+        assert lm.engine.arena is not first and not lm.engine.arena.graphs
+        again = tree.expand([tree.root], n=2, sampling=greedy)[0]  # the same work, on the new buffers
+        lm.check_integrity(tree)
+        runs.append([k.tokens for k in kids + again])
+        if graphs:
+            assert all(warm_ups[:held]) and warm_ups[held:] == [False] and lm.engine.arena.graphs
+    assert runs[0] == runs[1] and runs[0][:2] == runs[0][2:]
 
 
 @pytest.mark.gpu

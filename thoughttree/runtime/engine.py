@@ -124,6 +124,7 @@ class Engine:
         self.runtime = runtime or RuntimeConfig()
         self.stats = EngineStats()
         self.arena: DecodeArena | None = None
+        self._warmed: set[tuple] = set()  # graph captures warmed up so far, shared by every arena
         # How decode runs size their attention work. Their graphs launch tile classes in shape
         # order (narrowest first), and a wide launch sized to leave SMs to the others was measured
         # launched first only, so decode runs keep it sized for every SM (wide_sms=0).
@@ -228,7 +229,7 @@ class Engine:
         self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
-            max_graph_rows=self.runtime.graph_max_rows,
+            max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed,
         )
         return self.arena
 

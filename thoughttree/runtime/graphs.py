@@ -96,12 +96,16 @@ class DecodeArena:
 
     def __init__(
         self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
-        *, attention: str, config: WorkConfig, graphs: bool, max_graph_rows: int,
+        *, attention: str, config: WorkConfig, graphs: bool, max_graph_rows: int, warmed: set[tuple] | None = None,
     ) -> None:
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
         self.launch = config.launch  # the launch settings its graphs were captured with
         self.use_graphs, self.max_graph_rows = graphs, max_graph_rows
+        # Captures whose kernels have run before, in this arena or an earlier one of the same
+        # shapes, launch settings and tile classes: their recapture needs no eager warm-up.
+        self.warmed = warmed if warmed is not None else set()
+        self._layout = (shapes, tuple(sorted(config.launch.items())), tuple(n > 0 for n in cap.items))
         # The arena's graphs share one memory pool, which lives as long as they do.
         self.mempool = torch.cuda.graph_pool_handle() if graphs else None
         self.replayed = False  # whether the last step replayed a graph
@@ -238,7 +242,9 @@ class DecodeArena:
         if not self.replayed:
             return forward()
         if key not in graphs:
-            graphs[key] = self._capture(forward)
+            warm = (graphs is self.graphs, key, self._layout)
+            graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
+            self.warmed.add(warm)
         graph, out = graphs[key]
         graph.replay()
         return out
@@ -258,14 +264,17 @@ class DecodeArena:
             self._events[ticket].synchronize()
         return self._host_out[ticket].numpy()
 
-    def _capture(self, forward: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        drawn = self.sampled.clone()  # the warm-up draws over them; the replay reads them
-        with torch.cuda.stream(stream):
-            forward()  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
-            self.sampled.copy_(drawn)
-        torch.cuda.current_stream().wait_stream(stream)
+    def _capture(self, forward: Callable[[], torch.Tensor], warm_up: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """A graph of ``forward()``, after an eager warm-up run when its kernels have not run yet
+        (the warm-up is about half a capture's time: an eager step)."""
+        if warm_up:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            drawn = self.sampled.clone()  # the warm-up draws over them; the replay reads them
+            with torch.cuda.stream(stream):
+                forward()  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
+                self.sampled.copy_(drawn)
+            torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
         before = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
