@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_files import without_clock
 
 ARGS = ["game24", "--device", "cpu", "--method", "io", "--k", "2", "--start", "900", "--end", "905"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100"}
@@ -20,14 +21,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "100"}
 def cli(*argv: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "thoughttree", *ARGS, *argv], env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def without_clock(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: without_clock(v) for k, v in value.items() if k not in ("wall_time", "expand_seconds", "evaluate_seconds")}
-    if isinstance(value, list):
-        return [without_clock(v) for v in value]
-    return value
 
 
 def saved_problems(path: Path) -> int:

@@ -6,25 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-
 import torch
 from launch import ROOT, finish, rank_env, start
+from run_files import without_clock
 
 from thoughttree.cli import main
 from thoughttree.data_parallel import PART_KEY
 
 GAME24 = ["game24", "--device", "cpu", "--start", "900", "--end", "903", "--breadth", "2", "--samples", "4",
           "--evaluations", "1"]
-CLOCK = ("wall_time", "tokens_per_s", "expand_seconds", "evaluate_seconds")
-
-
-def without_clock(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: without_clock(v) for k, v in data.items() if k not in CLOCK}
-    if isinstance(data, list):
-        return [without_clock(v) for v in data]
-    return data
 
 
 def test_data_parallel_run_equals_single_process(tmp_path) -> None:
