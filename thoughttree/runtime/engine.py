@@ -223,7 +223,7 @@ class Engine:
         same = old is not None and old.attention == self.attention and old.launch == cfg.launch
         if same and old.shapes == shapes and old.cap.holds(need):
             return old
-        # Rows are cheap: room for the largest graphed forward up front.
+        # Row buffers are a few KB: room up front for the largest graphed forward (up to 1024 rows).
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None, min(self.runtime.graph_max_rows, 1024))
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(

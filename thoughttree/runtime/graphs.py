@@ -13,7 +13,9 @@ merge's own ranges when the tails are folded, else into the tail items), so the 
 tree grow without being captured again. Padding rows write their keys and values to the pool's
 scratch slot and are never read. The same buffers run a general forward of a few rows (a
 prefill of value prompts, ``tree_logits``): its work loaded like a decode run's without tails,
-the logits of chosen rows out, a graph per bucket of rows and of those rows.
+the logits of chosen rows out, a graph per bucket of rows and of those rows. An engine replaces
+its arena with a larger one when a run needs more room (every graph is captured again then);
+a bucket whose kernels ran before is captured without the eager warm-up.
 """
 
 from __future__ import annotations
