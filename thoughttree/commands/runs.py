@@ -48,15 +48,21 @@ def _select(run: RunFile, index: int | None, path: Path) -> list[tuple[int, dict
     return out
 
 
+def _seconds(source: Any, key: str) -> float | None:
+    """``source[key]`` when ``source`` is a dict and that is a number (not a bool), else None."""
+    value = source.get(key) if isinstance(source, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _wall_time(result: Any) -> float | None:
     """Seconds the problem took: ``wall_time`` in the result's "statistics" or "stats", or at its top."""
     if not isinstance(result, dict):
         return None
     sources = [result.get(k) for k in ("statistics", "stats")] + [result]
     for source in sources:
-        value = source.get("wall_time") if isinstance(source, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        value = _seconds(source, "wall_time")
+        if value is not None:
+            return value
     return None
 
 
@@ -65,13 +71,12 @@ def _round_seconds(result: Any) -> tuple[float, float] | None:
     the result's "statistics"); None when the run file does not record them."""
     stats = result.get("statistics") if isinstance(result, dict) else None
     rounds = stats.get("per_round") if isinstance(stats, dict) else None
-    keys = ("expand_seconds", "evaluate_seconds")
     if not isinstance(rounds, list) or not rounds:
         return None
-    values = [[r.get(k) if isinstance(r, dict) else None for k in keys] for r in rounds]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for pair in values for v in pair):
+    values = [(_seconds(r, "expand_seconds"), _seconds(r, "evaluate_seconds")) for r in rounds]
+    if any(v is None for pair in values for v in pair):
         return None
-    return sum(float(a) for a, _ in values), sum(float(b) for _, b in values)
+    return sum(a for a, _ in values), sum(b for _, b in values)
 
 
 # -- show ----------------------------------------------------------------------------------------
