@@ -109,7 +109,7 @@ class Engine:
         *,
         attention: str,
         detokenize: Callable[[list[int]], str],
-        batch_detokenize: Callable[[list[list[int]]], list[str]],
+        cleans_up_spaces: bool,
         eos_token_ids: Sequence[int],
         max_context: int,
         runtime: RuntimeConfig | None = None,
@@ -118,7 +118,7 @@ class Engine:
         self.kv = kv
         self.attention = attention
         self.detokenize = detokenize
-        self.stops = StopWindow(batch_detokenize, detokenize)
+        self.stops = StopWindow(detokenize, cleans_up_spaces)
         self.eos = set(eos_token_ids)
         self.max_context = max_context
         self.runtime = runtime or RuntimeConfig()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,6 +11,7 @@ import torch
 
 from ..config import RuntimeConfig, Sampling
 from ..tree import Generation, Node, ThoughtTree
+from .detokenize import Detokenizer
 from .engine import DecodeRequest, Decoded, Engine, EngineStats
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
@@ -21,23 +21,6 @@ from .parallel import TensorParallel, check_divisible, local_device
 
 CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def decode_tokens(tokenizer: Any, tokens: Sequence[int]) -> str:
-    """Text of ``tokens``, special tokens skipped."""
-    return tokenizer.decode(list(tokens), skip_special_tokens=True)
-
-
-def decode_token_lists(tokenizer: Any, token_lists: Sequence[Sequence[int]]) -> list[str]:
-    """:func:`decode_tokens` of many lists; straight through the Rust tokenizer when there is one."""
-    lists = [list(t) for t in token_lists]
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return tokenizer.batch_decode(lists, skip_special_tokens=True)
-    texts = backend.decode_batch(lists, skip_special_tokens=True)
-    if getattr(tokenizer, "clean_up_tokenization_spaces", False):
-        texts = [tokenizer.clean_up_tokenization(t) for t in texts]
-    return texts
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
@@ -78,6 +61,7 @@ class LM:
     def __init__(self, model: Transformer, tokenizer: Any, runtime: RuntimeConfig, path: str = "") -> None:
         cfg = model.cfg
         self.model, self.tokenizer, self.runtime, self.path = model, tokenizer, runtime, path
+        self._detokenize = Detokenizer(tokenizer)
         self.device = model.device
         pool = KVPool(
             cfg.num_layers,
@@ -98,10 +82,10 @@ class LM:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = tuple(sorted(eos))
         self.engine = Engine(
-            # The tokenizer's functions, not this LM's bound methods: the engine must not hold the
+            # The tokenizer's decoder, not this LM's bound methods: the engine must not hold the
             # LM, so that a dropped LM (and its KV pool and graphs) is freed at once.
-            model, self.kv, attention=attention, detokenize=partial(decode_tokens, tokenizer),
-            batch_detokenize=partial(decode_token_lists, tokenizer),
+            model, self.kv, attention=attention, detokenize=self._detokenize,
+            cleans_up_spaces=self._detokenize.cleans_up_spaces,
             eos_token_ids=self.eos_token_ids, max_context=cfg.max_context, runtime=runtime,
         )
 
@@ -162,11 +146,11 @@ class LM:
         return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
 
     def decode(self, tokens: Sequence[int]) -> str:
-        return decode_tokens(self.tokenizer, tokens)
+        return self._detokenize(tokens)
 
     def decode_batch(self, token_lists: Sequence[Sequence[int]]) -> list[str]:
-        """:meth:`decode` of many token lists; straight through the Rust tokenizer when there is one."""
-        return decode_token_lists(self.tokenizer, token_lists)
+        """:meth:`decode` of many token lists (one call into the Rust tokenizer when there is one)."""
+        return self._detokenize.batch(token_lists)
 
     def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
         ids = np.fromiter(tokens, dtype=np.int64, count=len(tokens))  # one pass in C (paths run to 100k tokens)

@@ -1,9 +1,17 @@
 """Stop strings checked on a short window of each generation's newest tokens.
 
-A stop string that appears when a token is added must overlap the text that token added, so it
-lies in the last ``len(stop) + len(token text)`` characters. Each step decodes, for every row
-with stop strings, only its last few tokens (all rows in one batched call), widening a row's
-window only when its tokens decode to too little text (empty or partial-byte tokens).
+A stop string that appears when a token is added ends in the text that token added. So a row
+needs checking only when its newest token's text holds the last character of one of its stops,
+and then only in the last ``len(stop) + len(token text)`` characters. A token's text is decoded
+alone once and kept. Decoded alone, it may differ from its text after other tokens in two ways
+that matter here: a leading space or word marker dropped (SentencePiece-style decoders), and the
+bytes of a character split across tokens shown as U+FFFD. So a stop that ends in a space checks
+every row, as does a token whose text holds U+FFFD. A tokenizer that cleans up spaces
+(``clean_up_tokenization_spaces``: " ." to ".", " n't" to "n't", ...) may join text before the
+newest token when it removes a space; a stop that such a join can complete (one of more than one
+character holding one of ``.?!,'n``) checks every row too. A row that needs checking decodes its
+last few tokens, widening the window only when they decode to too little text (empty or
+partial-byte tokens).
 """
 
 from __future__ import annotations
@@ -13,34 +21,54 @@ from typing import Callable, Sequence
 # Characters a window's start may lose or garble (a stripped leading space, a partial UTF-8
 # sequence decoded as a replacement character).
 _EDGE = 4
+_SPACES = frozenset(" \u2581")  # a stop ending in one of these may end in a token whose text alone lacks it
+_REPLACEMENT = "\ufffd"
+_JOINED = frozenset(".?!,'n")  # what a clean-up of spaces joins to the character before the space
 
 
 class StopWindow:
     """Finds stop strings in the text ending at each row's newest token."""
 
-    def __init__(self, batch_decode: Callable[[list[list[int]]], list[str]], decode: Callable[[list[int]], str]) -> None:
-        self._batch_decode = batch_decode
+    def __init__(self, decode: Callable[[list[int]], str], cleans_up_spaces: bool) -> None:
         self._decode = decode
-        self._token_len: dict[int, int] = {}
+        self._cleans_up = cleans_up_spaces
+        self._token_text: dict[int, str] = {}
+        # Per tuple of stop strings: (characters a newest token's text must hold for a stop to
+        # end in it, None where any may; the longest stop's length).
+        self._ends: dict[tuple[str, ...], tuple[frozenset[str] | None, int]] = {}
 
-    def _added(self, token: int) -> int:
-        n = self._token_len.get(token)
-        if n is None:
-            n = self._token_len[token] = len(self._decode([token]))
-        return n
+    def _text(self, token: int) -> str:
+        text = self._token_text.get(token)
+        if text is None:
+            text = self._token_text[token] = self._decode([token])
+        return text
+
+    def _stop_ends(self, stops: tuple[str, ...]) -> tuple[frozenset[str] | None, int]:
+        spec = self._ends.get(stops)
+        if spec is None:
+            last = frozenset(s[-1] for s in stops)
+            joined = self._cleans_up and any(len(s) > 1 and not _JOINED.isdisjoint(s) for s in stops)
+            spec = self._ends[stops] = (None if joined or last & _SPACES else last | {_REPLACEMENT}, max(map(len, stops)))
+        return spec
 
     def hits(self, rows: Sequence[tuple[list[int], tuple[str, ...]]]) -> list[bool]:
         """For each (tokens, stops): does the decoded text contain a stop ending at the newest token?"""
         result = [False] * len(rows)
-        todo = [(i, max(map(len, stops)) + 1) for i, (_, stops) in enumerate(rows) if stops]
+        todo = []
+        for i, (tokens, stops) in enumerate(rows):
+            if not stops or not tokens:
+                continue
+            ends, longest = self._stop_ends(stops)
+            if ends is None or not ends.isdisjoint(self._text(tokens[-1])):
+                todo.append((i, longest + 1))
         while todo:
-            texts = self._batch_decode([rows[i][0][-w:] for i, w in todo])
             wider = []
-            for (i, w), text in zip(todo, texts):
+            for i, w in todo:
                 tokens, stops = rows[i]
+                text = self._decode(tokens[-w:])
                 if any(s in text for s in stops):
                     result[i] = True
-                elif w < len(tokens) and len(text) < max(map(len, stops)) + self._added(tokens[-1]) + _EDGE:
+                elif w < len(tokens) and len(text) < self._stop_ends(stops)[1] + len(self._text(tokens[-1])) + _EDGE:
                     wider.append((i, 2 * w))
             todo = wider
         return result
