@@ -10,7 +10,7 @@ rejected and duplicate ones are pruned (their KV freed), finished ones become te
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import AbstractSet, Any, Sequence
 
 from .config import Sampling
 from .search_result import Counters, RoundStats
@@ -108,11 +108,17 @@ class RoundRunner:
                 meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
                 texts += [(p, meta) for p in parts if p]
             kids = []
+            seen = self._sibling_keys(node)
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
-                if not self._acceptable(node, text, kids):
+                if not self.task.accept(self.problem, node, text):
                     continue
+                if seen is not None:
+                    key = self.task.dedupe_key(self.problem, node, text)
+                    if key in seen:
+                        continue
+                    seen.add(key)
                 kids.append(self.tree.add_child(node, self.lm.encode(text, add_bos=False), text, metadata=dict(meta)))
                 room = None if room is None else room - 1
             if kids and node.status is Status.OPEN:
@@ -141,33 +147,32 @@ class RoundRunner:
             self.tree.materialize(nodes)
 
     # -- checks --------------------------------------------------------------------------------
-    def _acceptable(self, parent: Node, text: str, new: list[Node]) -> bool:
-        if not self.task.accept(self.problem, parent, text):
-            return False
-        if getattr(self.task.config, "dedupe", True):
-            siblings = [c for c in parent.children if c.alive] + new
-            key = self.task.dedupe_key(self.problem, parent, text)
-            return all(self.task.dedupe_key(self.problem, parent, c.text) != key for c in siblings)
-        return True
+    def _sibling_keys(self, parent: Node, skip: AbstractSet[int] = frozenset()) -> set | None:
+        """The dedupe keys of ``parent``'s live children but those whose id() is in ``skip``
+        (None when the task keeps duplicates)."""
+        if not getattr(self.task.config, "dedupe", True):
+            return None
+        return {self.task.dedupe_key(self.problem, parent, c.text) for c in parent.children if c.alive and id(c) not in skip}
 
     def _check_children(self, parent: Node, kids: list[Node]) -> list[Node]:
         """Prune rejected and duplicate children; mark finished ones; returns the survivors."""
-        dedupe = getattr(self.task.config, "dedupe", True)
-        key = self.task.dedupe_key
-        seen = {key(self.problem, parent, c.text) for c in parent.children if c.alive and all(c is not k for k in kids)}
+        checking = any(not kid.metadata.get("proposed") for kid in kids)  # proposals were checked as they came
+        seen = self._sibling_keys(parent, skip={id(kid) for kid in kids}) if checking else None
         keep = []
         for kid in kids:
             if not kid.metadata.get("proposed"):
                 reason = None
                 if not self.task.accept(self.problem, parent, kid.text):
                     reason = "invalid"
-                elif dedupe and key(self.problem, parent, kid.text) in seen:
-                    reason = "duplicate"
+                elif seen is not None:
+                    key = self.task.dedupe_key(self.problem, parent, kid.text)
+                    if key in seen:
+                        reason = "duplicate"
+                    seen.add(key)
                 if reason is not None:
                     kid.metadata["rejected"] = reason
                     self.tree.prune(kid)
                     continue
-                seen.add(key(self.problem, parent, kid.text))
             keep.append(kid)
             if self.task.is_terminal(self.problem, kid):
                 self._finish(kid)

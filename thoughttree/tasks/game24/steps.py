@@ -7,6 +7,7 @@ order; parsing accepts any order and compares multisets.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -84,6 +85,7 @@ def make_step(state: Sequence[Fraction], a: Fraction, op: str, b: Fraction) -> S
     return Step(a, op, b, result, make_state([*rest, result]))
 
 
+@functools.lru_cache(maxsize=4096)  # a search parses each line many times (checks, dedupe keys, states)
 def parse_step(text: str) -> Step:
     """Parse ``'a op b = c (left: x y z)'`` as written (arithmetic not yet checked).
 
