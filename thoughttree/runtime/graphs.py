@@ -158,6 +158,9 @@ class DecodeArena:
         self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
         self._host_out = torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned)
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
+        # The device's index for its current stream: torch.cuda.current_stream() without one asks
+        # CUDA for the device count (about 50 us on an H200 host) on every call.
+        self._cuda = (dev.index if dev.index is not None else torch.cuda.current_device()) if pinned else None
         self._turn = 0
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # decode steps, by row bucket
         self.row_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # general forwards
@@ -202,7 +205,7 @@ class DecodeArena:
         if max(int(a.max(initial=0)) for a in parts) >= 2**31:
             raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
         if self._events is not None:
-            torch.cuda.current_stream().synchronize()  # no earlier upload from the pinned copy is pending
+            torch.cuda.current_stream(self._cuda).synchronize()  # no earlier upload from the pinned copy is pending
         host_meta = self._host_meta.numpy()
         for a, start in zip(parts, self._starts):
             host_meta[start : start + a.size] = a
@@ -256,7 +259,7 @@ class DecodeArena:
         turn = self._turn
         self._host_out[turn, :rows].copy_(self.sampled[:rows], non_blocking=True)
         if self._events is not None:
-            self._events[turn].record()
+            self._events[turn].record(torch.cuda.current_stream(self._cuda))
         self._turn = 1 - turn
         return turn
 
