@@ -228,7 +228,7 @@ class LM:
         """One continuation per prompt (fresh roots; shared prefixes stored once), all batched; KV freed after."""
         if len(seeds) != len(prompts):
             raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")
-        token_lists = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        token_lists = self._encode_each(prompts, add_bos=True)
         return self._scratch([(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds)
 
     def complete_from(
@@ -238,8 +238,22 @@ class LM:
         if not len(nodes) == len(suffixes) == len(seeds):
             raise ValueError("complete_from needs as many suffixes and seeds as nodes")
         self._attach(nodes)
-        items = [(n.kv, self.encode(s, add_bos=False)) for n, s in zip(nodes, suffixes)]
+        items = [(n.kv, tokens) for n, tokens in zip(nodes, self._encode_each(suffixes, add_bos=False))]
         return self._scratch(items, sampling, seeds)
+
+    def _encode_each(self, texts: Sequence[str | Sequence[int]], *, add_bos: bool) -> list[list[int]]:
+        """Each text's tokens (token sequences as given), a text repeated for several samples
+        encoded once."""
+        encoded: dict[str, list[int]] = {}
+        out = []
+        for t in texts:
+            if not isinstance(t, str):
+                out.append(list(t))
+                continue
+            if t not in encoded:
+                encoded[t] = self.encode(t, add_bos=add_bos)
+            out.append(list(encoded[t]))
+        return out
 
     def _scratch(self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
         tails: list[Segment] = []

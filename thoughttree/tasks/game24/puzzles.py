@@ -7,6 +7,7 @@ time; the standard test split is indices 900-999 (:data:`TEST_INDICES`).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from fractions import Fraction
 from importlib import resources
@@ -22,6 +23,7 @@ def _read_csv_text() -> str:
     return resources.files("thoughttree.tasks.game24").joinpath(CSV_RESOURCE).read_text("utf-8")
 
 
+@functools.lru_cache(maxsize=4096)  # a search reads its puzzle for every state it checks
 def parse_puzzle(text: str) -> tuple[int, ...]:
     """``'4 5 6 10'`` -> ``(4, 5, 6, 10)``.
 
