@@ -126,3 +126,15 @@ def test_invalid_sampling_values(kwargs: dict, message: str) -> None:
 def test_batch_decode_equals_decode(lm) -> None:
     lists = [[5, 6, 7], [1, 2, 40, 41], [], [100, 3]]
     assert lm.decode_batch(lists) == [lm.decode(t) for t in lists]
+
+
+def test_a_prompt_asked_several_times_is_tokenized_once_and_sampled_per_seed(lm, monkeypatch) -> None:
+    sp = Sampling(max_tokens=6, temperature=1.0, ignore_eos=True)
+    alone = [lm.complete([p], sp, [s])[0].tokens for p, s in (("4 5 6", 1), ("4 5 6", 2), ("1 2", 3))]
+    calls = []
+    encode = lm.encode
+    monkeypatch.setattr(lm, "encode", lambda text, **kw: calls.append(text) or encode(text, **kw))
+    together = lm.complete(["4 5 6", "4 5 6", "1 2"], sp, [1, 2, 3])
+    assert calls == ["4 5 6", "1 2"]
+    assert [g.tokens for g in together] == alone
+    assert alone[0] != alone[1]  # the two samples of one prompt differ by their seeds
