@@ -10,7 +10,7 @@ rejected and duplicate ones are pruned (their KV freed), finished ones become te
 from __future__ import annotations
 
 import time
-from typing import AbstractSet, Any, Sequence
+from typing import AbstractSet, Any, Hashable, Sequence
 
 from .config import Sampling
 from .search_result import Counters, RoundStats
@@ -147,7 +147,7 @@ class RoundRunner:
             self.tree.materialize(nodes)
 
     # -- checks --------------------------------------------------------------------------------
-    def _sibling_keys(self, parent: Node, skip: AbstractSet[int] = frozenset()) -> set | None:
+    def _sibling_keys(self, parent: Node, skip: AbstractSet[int] = frozenset()) -> set[Hashable] | None:
         """The dedupe keys of ``parent``'s live children but those whose id() is in ``skip``
         (None when the task keeps duplicates)."""
         if not getattr(self.task.config, "dedupe", True):
