@@ -112,13 +112,8 @@ class RoundRunner:
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
-                if not self.task.accept(self.problem, node, text):
+                if self._rejection(node, text, seen) is not None:
                     continue
-                if seen is not None:
-                    key = self.task.dedupe_key(self.problem, node, text)
-                    if key in seen:
-                        continue
-                    seen.add(key)
                 kids.append(self.tree.add_child(node, self.lm.encode(text, add_bos=False), text, metadata=dict(meta)))
                 room = None if room is None else room - 1
             if kids and node.status is Status.OPEN:
@@ -154,6 +149,19 @@ class RoundRunner:
             return None
         return {self.task.dedupe_key(self.problem, parent, c.text) for c in parent.children if c.alive and id(c) not in skip}
 
+    def _rejection(self, parent: Node, text: str, seen: set[Hashable] | None) -> str | None:
+        """Why a child ``text`` under ``parent`` is rejected: "invalid", or "duplicate" when its
+        dedupe key is in ``seen`` (None: the task keeps duplicates). None when it is kept; its
+        key then joins ``seen``."""
+        if not self.task.accept(self.problem, parent, text):
+            return "invalid"
+        if seen is not None:
+            key = self.task.dedupe_key(self.problem, parent, text)
+            if key in seen:
+                return "duplicate"
+            seen.add(key)
+        return None
+
     def _check_children(self, parent: Node, kids: list[Node]) -> list[Node]:
         """Prune rejected and duplicate children; mark finished ones; returns the survivors."""
         checking = any(not kid.metadata.get("proposed") for kid in kids)  # proposals were checked as they came
@@ -161,14 +169,7 @@ class RoundRunner:
         keep = []
         for kid in kids:
             if not kid.metadata.get("proposed"):
-                reason = None
-                if not self.task.accept(self.problem, parent, kid.text):
-                    reason = "invalid"
-                elif seen is not None:
-                    key = self.task.dedupe_key(self.problem, parent, kid.text)
-                    if key in seen:
-                        reason = "duplicate"
-                    seen.add(key)
+                reason = self._rejection(parent, kid.text, seen)
                 if reason is not None:
                     kid.metadata["rejected"] = reason
                     self.tree.prune(kid)
