@@ -60,15 +60,15 @@ class StopWindow:
                 continue
             ends, longest = self._stop_ends(stops)
             if ends is None or not ends.isdisjoint(self._text(tokens[-1])):
-                todo.append((i, longest + 1))
+                todo.append((i, longest + 1, longest))
         while todo:
             wider = []
-            for i, w in todo:
+            for i, w, longest in todo:
                 tokens, stops = rows[i]
                 text = self._decode(tokens[-w:])
                 if any(s in text for s in stops):
                     result[i] = True
-                elif w < len(tokens) and len(text) < self._stop_ends(stops)[1] + len(self._text(tokens[-1])) + _EDGE:
-                    wider.append((i, 2 * w))
+                elif w < len(tokens) and len(text) < longest + len(self._text(tokens[-1])) + _EDGE:
+                    wider.append((i, 2 * w, longest))
             todo = wider
         return result
