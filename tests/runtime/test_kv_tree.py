@@ -145,3 +145,24 @@ def test_a_dropped_lm_is_freed_at_once(tiny_model_dir) -> None:
     finally:
         if collecting:
             gc.enable()
+
+
+def test_append_each_takes_a_page_where_one_is_full_and_changes_nothing_when_short() -> None:
+    pool = KVPool(1, 4, PAGE, 1, 8, dtype=torch.float32, device="cpu")
+    kv = KVTree(pool)
+    root = kv.insert(None, [1, 2, 3])  # one page
+    a, b = kv.open_child(root), kv.open_child(root)
+    for token in range(PAGE):
+        kv.append_each([a, b], [10 + token, 20 + token])
+    assert a.tokens == [10, 11, 12, 13] and b.tokens == [20, 21, 22, 23]
+    assert pool.num_used == 3 and a.slots == list(range(a.slots[0], a.slots[0] + PAGE)) and a.slots[0] % PAGE == 0
+    # Both segments need a new page and one is free: neither grows.
+    with pytest.raises(KVPoolExhausted):
+        kv.append_each([a, b], [14, 24])
+    assert len(a.tokens) == len(a.slots) == PAGE and len(b.tokens) == len(b.slots) == PAGE and pool.num_used == 3
+    kv.append_each([a], [14])
+    assert a.slots[-1] % PAGE == 0 and pool.num_used == 4
+    for seg in (a, b, root):
+        kv.release(seg)
+    kv.check_integrity()
+    assert pool.num_used == 0

@@ -34,7 +34,9 @@ class DecodeRun:
 
     def __init__(self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
         self.engine, self.requests, self.tails = engine, list(requests), list(tails)
+        self.ids = list(ids)
         self.row_of = {i: row for row, i in enumerate(ids)}
+        self.starts = np.array([t.start for t in self.tails], dtype=np.int64)
         cfg, dev = engine.model.cfg, engine.model.device
         order: list[Segment] = []
         index: dict[int, int] = {}
@@ -81,19 +83,23 @@ class DecodeRun:
         scratch slot, as the run's finished rows do."""
         tails = self.tails
         r = len(tails)
-        alive = np.array([self.row_of[i] for i in ids], dtype=np.int64)
+        # Most steps go on with all of the run's requests, in order (padding rows come only
+        # once one finishes): then no row needs looking up.
+        whole = ids == self.ids
+        rows = range(r) if whole else [self.row_of[i] for i in ids]
+        alive = slice(None) if whole else np.array(rows, dtype=np.int64)
+        live = tails if whole else [tails[row] for row in rows]
         inputs = np.empty((4, r), dtype=np.int64)
         inputs[3] = [len(t.tokens) for t in tails]
         inputs[:2] = 0  # finished rows: token 0 at position 0, written to the scratch slot
         scratch = self.engine.kv.pool.scratch_slot
         inputs[2] = scratch
-        live = [tails[row] for row in alive]
         parents = {}  # id -> parent segment whose last token's KV this step writes
         if from_device:
             inputs[0, alive] = -1
             inputs[2, alive] = [t.slots[-1] for t in live]
         else:
-            for t, row in zip(live, alive):
+            for t, row in zip(live, rows):
                 if t.tokens:
                     inputs[0, row], inputs[2, row] = t.tokens[-1], t.slots[-1]
                     continue
@@ -102,7 +108,7 @@ class DecodeRun:
                 if p.written < len(p.tokens) and p.id not in parents:
                     inputs[2, row] = p.slots[-1]
                     parents[p.id] = p
-        inputs[1, alive] = np.fromiter((t.start for t in live), dtype=np.int64, count=len(live)) + inputs[3, alive] - 1
+        inputs[1, alive] = self.starts[alive] + inputs[3, alive] - 1
         held = self.arena.num_graphs
         logits = self.arena.step(inputs)
         for t in [*live, *parents.values()]:
@@ -119,9 +125,10 @@ class DecodeRun:
             packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],
                                    inputs[3].tolist(), fused=True)
             self.arena.sampled[:r] = packed
-        return self.arena.publish(r)
+        return self.arena.publish()
 
     def collect(self, ticket: int, ids: Sequence[int]) -> tuple[list[int], list[float]]:
         """The tokens and log-probabilities the step ``ticket`` drew for requests ``ids``."""
-        host = self.arena.collect(ticket)[[self.row_of[i] for i in ids]]
+        host = self.arena.collect(ticket)
+        host = host[: len(self.tails)] if ids == self.ids else host[[self.row_of[i] for i in ids]]
         return host[:, 0].astype(np.int64).tolist(), host[:, 1].tolist()

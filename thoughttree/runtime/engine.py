@@ -80,6 +80,26 @@ class Decoded:
 PLACEHOLDER = -1  # a reserved token whose value the host has not read yet
 
 
+class _Ends:
+    """How each request of one decode call can end, worked out once for all its steps.
+
+    A request's generated tokens reach its length limit at ``limit[i]`` tokens (its
+    ``max_tokens``, or the room left in the model's context after its parent). ``on_token[i]``
+    maps a token that ends it to the reason (EOS unless ignored, then its stop tokens); requests
+    with the same Sampling share one map.
+    """
+
+    def __init__(self, requests: Sequence[DecodeRequest], eos: AbstractSet[int], max_context: int) -> None:
+        self.limit = [min(r.sampling.max_tokens, max_context - r.parent.end) for r in requests]
+        maps: dict[int, dict[int, str]] = {}
+        for r in requests:
+            sp = r.sampling
+            if id(sp) not in maps:
+                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos, "eos"))
+        self.on_token = [maps[id(r.sampling)] for r in requests]
+        self.stops = [r.sampling.stop for r in requests]
+
+
 class _EagerKV:
     """:class:`model.StepKV` of a general step: a fresh plan, the pool's caches."""
 
@@ -244,6 +264,7 @@ class Engine:
         for r in requests:
             if r.parent.end >= self.max_context:
                 raise ValueError(f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}")
+        ends = _Ends(requests, self.eos, self.max_context)
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
         try:
@@ -256,9 +277,9 @@ class Engine:
                 packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
                 draw = unpack(packed)
                 self._take(still, draw.tokens, draw.logprobs, outs)
-                still = self._still_active(still, outs, requests)
+                still = self._still_active(still, outs, ends)
             if self.fast_decode:
-                self._decode_fast(requests, outs, still)
+                self._decode_fast(requests, outs, still, ends)
                 still = []
             while still:  # general steps
                 logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
@@ -266,7 +287,7 @@ class Engine:
                 params, seeds = [requests[i].sampling for i in still], [requests[i].seed for i in still]
                 draw = unpack(sample_packed(logits, params, seeds, steps, fused=fused))
                 self._take(still, draw.tokens, draw.logprobs, outs)
-                still = self._still_active(still, outs, requests)
+                still = self._still_active(still, outs, ends)
         except BaseException:
             for out in outs:
                 self.kv.release(out.segment)
@@ -276,7 +297,7 @@ class Engine:
             out.text = self.detokenize(out.tokens)
         return outs
 
-    def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int]) -> None:
+    def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends) -> None:
         """Decode steps on fixed buffers, from the first, each launched before the host reads the
         draws of the one before.
 
@@ -294,7 +315,8 @@ class Engine:
                     run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
-            go = [i for i in rows if not self._at_length(outs[i], requests[i].sampling, ahead=1)]
+            limit = ends.limit
+            go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None
             if go and run.keeps(go):
                 self._reserve([outs[i].segment for i in go])
@@ -302,62 +324,46 @@ class Engine:
                 self.stats.overlapped_steps += 1
             tokens, logprobs = run.collect(ticket, rows)
             self._take(rows, tokens, logprobs, outs, placed=set(go) if queued else set())
-            still = self._still_active(rows, outs, requests)
+            still = self._still_active(rows, outs, ends)
             if queued is not None:
                 kept = set(still)
                 queued = ([i for i in queued[0] if i in kept], queued[1]) if kept else None
 
-    def _at_length(self, out: Decoded, sampling: Sampling, ahead: int = 0) -> bool:
-        """Whether ``out`` has reached its length limit (``ahead``: after that many more tokens)."""
-        return len(out.tokens) + ahead >= sampling.max_tokens or out.segment.end + ahead >= self.max_context
-
-    def _make_room(self, segs: list[Segment]) -> None:
-        """Raise KVPoolExhausted (with capacity and use) unless each segment can grow by one token."""
-        need = self.kv.pages_needed_to_append(segs)
-        if need > self.kv.pool.num_free:
-            self.kv.pool.alloc(need)
-
     def _reserve(self, segs: list[Segment]) -> None:
         """Give each segment a slot and a placeholder for its next token (the draw not yet read)."""
-        self._make_room(segs)
-        for seg in segs:
-            self.kv.append(seg, PLACEHOLDER)
+        self.kv.append_each(segs, [PLACEHOLDER] * len(segs))
 
     def _take(
         self, rows: list[int], tokens: list[int], logprobs: list[float], outs: list[Decoded], placed: AbstractSet[int] = frozenset()
     ) -> None:
         """Record one drawn token per request of ``rows``; those in ``placed`` already hold a placeholder for it."""
-        self._make_room([outs[i].segment for i in rows if i not in placed])
+        fresh = [(outs[i].segment, token) for i, token in zip(rows, tokens) if i not in placed]
+        self.kv.append_each([seg for seg, _ in fresh], [token for _, token in fresh])
         for i, token, lp in zip(rows, tokens, logprobs):
             out = outs[i]
             if i in placed:
                 out.segment.tokens[-1] = token
-            else:
-                self.kv.append(out.segment, token)
             out.tokens.append(token)
             out.logprobs.append(lp)
         self.stats.generated_tokens += len(rows)
 
-    def _still_active(self, active: list[int], outs: list[Decoded], requests: Sequence[DecodeRequest]) -> list[int]:
+    def _still_active(self, active: list[int], outs: list[Decoded], ends: _Ends) -> list[int]:
         """Set each finished request's finish reason; returns the requests that go on."""
-        reasons = {}
+        reasons: dict[int, str] = {}
+        on_token, stops = ends.on_token, ends.stops
         for i in active:
-            out, sp = outs[i], requests[i].sampling
-            token = out.tokens[-1]
-            if token in self.eos and not sp.ignore_eos:
-                reasons[i] = "eos"
-            elif token in sp.stop_token_ids:
-                reasons[i] = "stop"
-        check = [i for i in active if i not in reasons and requests[i].sampling.stop]
-        for i, hit in zip(check, self.stops.hits([(outs[i].tokens, requests[i].sampling.stop) for i in check])):
+            reason = on_token[i].get(outs[i].tokens[-1])
+            if reason is not None:
+                reasons[i] = reason
+        check = [i for i in active if stops[i] and i not in reasons]
+        for i, hit in zip(check, self.stops.hits([(outs[i].tokens, stops[i]) for i in check])):
             if hit:
                 reasons[i] = "stop"
-        still = []
+        still, limit = [], ends.limit
         for i in active:
-            out = outs[i]
-            if i not in reasons and self._at_length(out, requests[i].sampling):
-                reasons[i] = "length"
-            out.finish_reason = reasons.get(i, "")
-            if not out.finish_reason:
+            reason = reasons.get(i) or ("length" if len(outs[i].tokens) >= limit[i] else "")
+            if reason:
+                outs[i].finish_reason = reason
+            else:
                 still.append(i)
         return still

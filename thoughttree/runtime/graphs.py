@@ -147,16 +147,22 @@ class DecodeArena:
         # slot, tail length (= tokens sampled), and for a general forward the row whose logits
         # each output row takes. Two pinned host copies take turns, so writing one step's inputs
         # never races the upload of the step before.
+        # Each copy moves a whole buffer (a few KB): a contiguous copy is one memcpy, while a
+        # copy of the first b columns would be strided. The host views are made once: each
+        # tensor indexing costs the host more than the copy.
         width = r + r % 2  # each row of int64 inputs starts 16-byte aligned
         self.step_in = torch.zeros(5, width, dtype=torch.int64, device=dev)
         pinned = dev.type == "cuda"
-        self._host_step = torch.zeros(2, 5, width, dtype=torch.int64, pin_memory=pinned)
+        self._host_step = list(torch.zeros(2, 5, width, dtype=torch.int64, pin_memory=pinned))
+        self._host_step_np = [t.numpy() for t in self._host_step]
         # Sampling: each row's temperature and seed (set per run), and the step's draws (token,
         # log-probability), copied to one of two pinned host buffers per step.
         self.temperature = torch.zeros(r, dtype=torch.float32, device=dev)
         self.seeds = torch.zeros(r, dtype=torch.int64, device=dev)
         self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
-        self._host_out = torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned)
+        self._host_out = list(torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned))
+        self._host_out_np = [t.numpy() for t in self._host_out]
+        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0, 1)}  # padding rows' inputs
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
         # The device's index for its current stream: torch.cuda.current_stream() without one asks
         # CUDA for the device count (about 50 us on an H200 host) on every call.
@@ -231,13 +237,12 @@ class DecodeArena:
         row bucket, and queue their copy to the device; returns the bucket."""
         r = inputs.shape[1]
         b = row_bucket(r)
-        host_in = self._host_step[self._turn]
-        host = host_in.numpy()
+        host = self._host_step_np[self._turn]
         host[:4, :r] = inputs
-        host[:4, r:b] = np.array([[0], [0], [self.pool.scratch_slot], [tail_pad]])
+        host[:4, r:b] = self._padding[tail_pad]
         host[4, : len(targets)] = targets
         host[4, len(targets) : b] = 0
-        self.step_in[:, :b].copy_(host_in[:, :b], non_blocking=True)
+        self.step_in.copy_(self._host_step[self._turn], non_blocking=True)
         return b
 
     def _run(self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -254,10 +259,10 @@ class DecodeArena:
         graph.replay()
         return out
 
-    def publish(self, rows: int) -> int:
-        """Queue the copy of the last step's first ``rows`` draws to the host; a ticket for :meth:`collect`."""
+    def publish(self) -> int:
+        """Queue the copy of the last step's draws to the host; a ticket for :meth:`collect`."""
         turn = self._turn
-        self._host_out[turn, :rows].copy_(self.sampled[:rows], non_blocking=True)
+        self._host_out[turn].copy_(self.sampled, non_blocking=True)
         if self._events is not None:
             self._events[turn].record(torch.cuda.current_stream(self._cuda))
         self._turn = 1 - turn
@@ -267,7 +272,7 @@ class DecodeArena:
         """[R, 2] float64 host draws of the step ``ticket`` stands for, once they have arrived."""
         if self._events is not None:
             self._events[ticket].synchronize()
-        return self._host_out[ticket].numpy()
+        return self._host_out_np[ticket]
 
     def _capture(self, forward: Callable[[], torch.Tensor], warm_up: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """A graph of ``forward()``, after an eager warm-up run when its kernels have not run yet

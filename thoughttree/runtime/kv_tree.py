@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -130,18 +131,17 @@ class KVTree:
         seg.refs = 1
         return seg
 
-    def pages_needed_to_append(self, segs: list[Segment]) -> int:
-        return sum(1 for s in segs if len(s.slots) % self.pool.page_size == 0)
-
-    def append(self, seg: Segment, token: int) -> None:
-        """Add one token to an unsealed segment (a new page when its last one is full)."""
-        assert not seg.sealed, "only decoding segments grow"
+    def append_each(self, segs: Sequence[Segment], tokens: Sequence[int]) -> None:
+        """Add ``tokens[i]`` to unsealed segment ``segs[i]``, each segment once; a segment whose last
+        page is full gets a new one. Raises KVPoolExhausted, changing nothing, when the pool has
+        too few free pages."""
         ps = self.pool.page_size
-        if len(seg.slots) % ps == 0:
-            seg.slots.append(self.pool.alloc(1)[0] * ps)
-        else:
-            seg.slots.append(seg.slots[-1] + 1)
-        seg.tokens.append(int(token))
+        pages = iter(self.pool.alloc(sum(1 for s in segs if len(s.slots) % ps == 0)))
+        for seg, token in zip(segs, tokens):
+            assert not seg.sealed, "only decoding segments grow"
+            slots = seg.slots
+            slots.append(slots[-1] + 1 if len(slots) % ps else next(pages) * ps)
+            seg.tokens.append(token)
 
     def _split(self, seg: Segment, k: int) -> Segment:
         """Cut ``seg`` after its first k tokens; returns the new upper segment (seg keeps the rest and its id)."""

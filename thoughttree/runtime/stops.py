@@ -55,12 +55,14 @@ class StopWindow:
         """For each (tokens, stops): does the decoded text contain a stop ending at the newest token?"""
         result = [False] * len(rows)
         todo = []
+        specs, texts = self._ends, self._token_text  # the per-row loop's lookups, inlined: it runs every step
         for i, (tokens, stops) in enumerate(rows):
             if not stops or not tokens:
                 continue
-            ends, longest = self._stop_ends(stops)
-            if ends is None or not ends.isdisjoint(self._text(tokens[-1])):
-                todo.append((i, longest + 1, longest))
+            ends, longest = specs.get(stops) or self._stop_ends(stops)
+            if ends is not None and ends.isdisjoint(texts.get(tokens[-1]) or self._text(tokens[-1])):
+                continue
+            todo.append((i, longest + 1, longest))
         while todo:
             wider = []
             for i, w, longest in todo:
