@@ -87,7 +87,7 @@ def test_fast_decode_equals_the_tokenizers_decode(tokenizer, data) -> None:
 def _first_hit(window: StopWindow, tokens: list[int], stops: tuple[str, ...]) -> int | None:
     """The first length at which ``window`` finds a stop, feeding tokens one at a time."""
     for n in range(1, len(tokens) + 1):
-        if window.hits([(tokens[:n], stops)])[0]:
+        if window.hits(stops, [tokens[:n]])[0]:
             return n
     return None
 
@@ -137,7 +137,7 @@ def test_a_row_whose_newest_token_cannot_end_a_stop_is_not_decoded(tokenizer) ->
 
     window = StopWindow(counting, detok.cleans_up_spaces)
     ids = tokenizer.encode("it is", add_special_tokens=False) if "it" in tokenizer.get_vocab() else [5, 6]
-    window.hits([(ids, ("\n",))])  # decodes the newest token alone, once
+    window.hits(("\n",), [ids])  # decodes the newest token alone, once
     calls.clear()
-    assert window.hits([(ids, ("\n",))]) == [False]
+    assert window.hits(("\n",), [ids]) == [False]
     assert calls == []  # its text was known and holds no newline: no window decoded

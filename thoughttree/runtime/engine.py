@@ -355,10 +355,14 @@ class Engine:
             reason = on_token[i].get(outs[i].tokens[-1])
             if reason is not None:
                 reasons[i] = reason
-        check = [i for i in active if stops[i] and i not in reasons]
-        for i, hit in zip(check, self.stops.hits([(outs[i].tokens, stops[i]) for i in check])):
-            if hit:
-                reasons[i] = "stop"
+        by_stops: dict[tuple[str, ...], list[int]] = {}  # one group in the usual call: one Sampling for all
+        for i in active:
+            if stops[i] and i not in reasons:
+                by_stops.setdefault(stops[i], []).append(i)
+        for strings, rows in by_stops.items():
+            for i, hit in zip(rows, self.stops.hits(strings, [outs[i].tokens for i in rows])):
+                if hit:
+                    reasons[i] = "stop"
         still, limit = [], ends.limit
         for i in active:
             reason = reasons.get(i) or ("length" if len(outs[i].tokens) >= limit[i] else "")

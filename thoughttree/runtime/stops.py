@@ -3,7 +3,7 @@
 A stop string that appears when a token is added ends in the text that token added. So a row
 needs checking only when its newest token's text holds the last character of one of its stops,
 and then only in the last ``len(stop) + len(token text)`` characters. A token's text is decoded
-alone once and kept. Decoded alone, it may differ from its text after other tokens in two ways
+alone once and kept, and so is, per tuple of stops, whether one may end in that token. Decoded alone, it may differ from its text after other tokens in two ways
 that matter here: a leading space or word marker dropped (SentencePiece-style decoders), and the
 bytes of a character split across tokens shown as U+FFFD. So a stop that ends in a space checks
 every row, as does a token whose text holds U+FFFD. A tokenizer that cleans up spaces
@@ -33,9 +33,9 @@ class StopWindow:
         self._decode = decode
         self._cleans_up = cleans_up_spaces
         self._token_text: dict[int, str] = {}
-        # Per tuple of stop strings: (characters a newest token's text must hold for a stop to
-        # end in it, None where any may; the longest stop's length).
-        self._ends: dict[tuple[str, ...], tuple[frozenset[str] | None, int]] = {}
+        # Per tuple of stop strings: whether a stop may end in a token (None: in any token, so
+        # every row checks), token by token as they are met; the longest stop's length.
+        self._may_end: dict[tuple[str, ...], tuple[dict[int, bool] | None, int]] = {}
 
     def _text(self, token: int) -> str:
         text = self._token_text.get(token)
@@ -43,34 +43,40 @@ class StopWindow:
             text = self._token_text[token] = self._decode([token])
         return text
 
-    def _stop_ends(self, stops: tuple[str, ...]) -> tuple[frozenset[str] | None, int]:
-        spec = self._ends.get(stops)
+    def _spec(self, stops: tuple[str, ...]) -> tuple[dict[int, bool] | None, int]:
+        spec = self._may_end.get(stops)
         if spec is None:
             last = frozenset(s[-1] for s in stops)
             joined = self._cleans_up and any(len(s) > 1 and not _JOINED.isdisjoint(s) for s in stops)
-            spec = self._ends[stops] = (None if joined or last & _SPACES else last | {_REPLACEMENT}, max(map(len, stops)))
+            spec = self._may_end[stops] = (None if joined or last & _SPACES else {}, max(map(len, stops)))
         return spec
 
-    def hits(self, rows: Sequence[tuple[list[int], tuple[str, ...]]]) -> list[bool]:
-        """For each (tokens, stops): does the decoded text contain a stop ending at the newest token?"""
+    def hits(self, stops: tuple[str, ...], rows: Sequence[list[int]]) -> list[bool]:
+        """For each row of tokens: does its decoded text contain one of ``stops`` ending at its newest token?"""
         result = [False] * len(rows)
+        if not stops:
+            return result
+        may_end, longest = self._spec(stops)
+        ends = frozenset(s[-1] for s in stops) | {_REPLACEMENT}
         todo = []
-        specs, texts = self._ends, self._token_text  # the per-row loop's lookups, inlined: it runs every step
-        for i, (tokens, stops) in enumerate(rows):
-            if not stops or not tokens:
+        for i, tokens in enumerate(rows):
+            if not tokens:
                 continue
-            ends, longest = specs.get(stops) or self._stop_ends(stops)
-            if ends is not None and ends.isdisjoint(texts.get(tokens[-1]) or self._text(tokens[-1])):
-                continue
-            todo.append((i, longest + 1, longest))
+            if may_end is not None:
+                may = may_end.get(tokens[-1])
+                if may is None:
+                    may = may_end[tokens[-1]] = not ends.isdisjoint(self._text(tokens[-1]))
+                if not may:
+                    continue
+            todo.append((i, longest + 1))
         while todo:
             wider = []
-            for i, w, longest in todo:
-                tokens, stops = rows[i]
+            for i, w in todo:
+                tokens = rows[i]
                 text = self._decode(tokens[-w:])
                 if any(s in text for s in stops):
                     result[i] = True
                 elif w < len(tokens) and len(text) < longest + len(self._text(tokens[-1])) + _EDGE:
-                    wider.append((i, 2 * w, longest))
+                    wider.append((i, 2 * w))
             todo = wider
         return result
