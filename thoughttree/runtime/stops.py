@@ -3,10 +3,11 @@
 A stop string that appears when a token is added ends in the text that token added. So a row
 needs checking only when its newest token's text holds the last character of one of its stops,
 and then only in the last ``len(stop) + len(token text)`` characters. A token's text is decoded
-alone once and kept, and so is, per tuple of stops, whether one may end in that token. Decoded alone, it may differ from its text after other tokens in two ways
-that matter here: a leading space or word marker dropped (SentencePiece-style decoders), and the
-bytes of a character split across tokens shown as U+FFFD. So a stop that ends in a space checks
-every row, as does a token whose text holds U+FFFD. A tokenizer that cleans up spaces
+alone once and kept, and so is, per tuple of stops, whether one may end in that token. Decoded
+alone, a token's text may differ from its text after other tokens in two ways that matter here:
+a leading space or word marker dropped (SentencePiece-style decoders), and the bytes of a
+character split across tokens shown as U+FFFD. So a stop that ends in a space checks every row,
+as does a token whose text holds U+FFFD. A tokenizer that cleans up spaces
 (``clean_up_tokenization_spaces``: " ." to ".", " n't" to "n't", ...) may join text before the
 newest token when it removes a space; a stop that such a join can complete (one of more than one
 character holding one of ``.?!,'n``) checks every row too. A row that needs checking decodes its
