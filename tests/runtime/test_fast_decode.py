@@ -15,6 +15,7 @@ import torch
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig, workplan
+from thoughttree.runtime.engine import DecodeRequest
 from thoughttree.runtime.graphs import Capacity, DecodeArena
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
@@ -203,6 +204,37 @@ def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> No
             assert lm.stats.plan_builds - builds == _plans_needed([len(k.tokens) for k in got])
     assert results[0] == results[1]
     assert results[0][0][1] == "stop" and len(results[0][0][0]) == 3
+    assert len({len(t) for t, _ in results[0]}) > 1
+
+
+def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_steps(model_dir) -> None:
+    """One engine call mixing lengths, two tuples of stop strings and stop tokens: the fast steps
+    give each request the tokens and finish reason the general steps give it."""
+    fast, slow = _lm(model_dir, fast=True), _lm(model_dir, fast=False)
+    probe = ThoughtTree(fast, prompt=list(range(3, 30)), seed=0)
+    (ref,) = probe.expand([probe.root], n=1, sampling=Sampling(max_tokens=6, temperature=0, ignore_eos=True))[0]
+    probe.prune(probe.root)
+    samplings = [
+        Sampling(max_tokens=6, temperature=0, ignore_eos=True),
+        Sampling(max_tokens=2, temperature=0, ignore_eos=True),
+        Sampling(max_tokens=6, temperature=0, ignore_eos=True, stop=(fast.decode(ref.tokens[1:3]),)),
+        Sampling(max_tokens=6, temperature=1.0, ignore_eos=True, stop=(fast.decode(ref.tokens[1:3]), "\n")),
+        Sampling(max_tokens=6, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[3],)),
+    ]
+    results = []
+    for lm in (fast, slow):
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree.materialize([tree.root])
+        outs = lm.engine.decode([DecodeRequest(tree.root.kv, sp, seed) for seed, sp in enumerate(samplings)])
+        results.append([(o.tokens, o.finish_reason) for o in outs])
+        for o in outs:
+            lm.kv.release(o.segment)
+        lm.check_integrity(tree)
+        tree.prune(tree.root)
+    assert fast.stats.fast_steps > 0
+    assert results[0] == results[1]
+    reasons = [r for _, r in results[0]]
+    assert reasons[:3] == ["length", "length", "stop"] and reasons[4] == "stop"
     assert len({len(t) for t, _ in results[0]}) > 1
 
 

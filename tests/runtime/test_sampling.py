@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
+from thoughttree.runtime.engine import DecodeRequest
 from thoughttree.runtime.sampler import sample
 
 
@@ -103,6 +104,40 @@ def test_stops(lm: LM) -> None:
         assert kid.tokens == ref.tokens
     finally:
         lm.engine.eos = saved
+    tree.prune(tree.root)
+
+
+def test_requests_with_different_endings_in_one_call_each_end_as_alone(lm: LM) -> None:
+    """One engine call mixing lengths, stop strings (two different tuples), stop tokens and EOS:
+    each request's tokens and finish reason equal its own call's."""
+    tree = ThoughtTree(lm, prompt="value: sure", seed=0)
+    tree.materialize([tree.root])
+    root = tree.root
+    free = Sampling(max_tokens=12, temperature=0, ignore_eos=True)
+    (ref,) = lm.engine.decode([DecodeRequest(root.kv, free, 0)])
+    lm.kv.release(ref.segment)
+    text = [lm.decode(ref.tokens[:k]) for k in range(13)]
+    late = next(k for k in range(6, 12) if text[k + 1][len(text[k]):].strip())  # a token that adds text
+    samplings = [
+        free,
+        Sampling(max_tokens=3, temperature=0, ignore_eos=True),
+        Sampling(max_tokens=12, temperature=0, ignore_eos=True, stop=(text[3][-1],)),
+        Sampling(max_tokens=12, temperature=0, ignore_eos=True, stop=(text[late + 1][len(text[late]):],)),
+        Sampling(max_tokens=12, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[5],)),
+        Sampling(max_tokens=12, temperature=0),  # ends at EOS if the model writes it
+        Sampling(max_tokens=12, temperature=1.0, ignore_eos=True, stop=(text[3][-1],)),
+    ]
+    requests = [DecodeRequest(root.kv, sp, seed) for seed, sp in enumerate(samplings)]
+    together = lm.engine.decode(requests)
+    for request, out in zip(requests, together):
+        (alone,) = lm.engine.decode([request])
+        assert (out.tokens, out.finish_reason, out.text) == (alone.tokens, alone.finish_reason, alone.text)
+        lm.kv.release(alone.segment)
+    assert {o.finish_reason for o in together} >= {"length", "stop"}
+    assert len(together[1].tokens) == 3 and together[4].tokens[-1] == ref.tokens[5]
+    for out in together:
+        lm.kv.release(out.segment)
+    lm.check_integrity(tree)
     tree.prune(tree.root)
 
 
