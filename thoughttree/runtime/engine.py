@@ -167,25 +167,40 @@ class Engine:
                 if s.id not in index:
                     index[s.id] = len(order)
                     order.append(s)
-        tokens, positions, nodes, visible, slots = [], [], [], [], []
-        row_of: dict[tuple[int, int], int] = {}
-        for i, s in enumerate(order):
-            for j in range(s.written, len(s.tokens)):
-                row_of[(s.id, j)] = len(tokens)
-                tokens.append(s.tokens[j]), positions.append(s.start + j), nodes.append(i)
-                visible.append(j + 1), slots.append(s.slots[j])
+        # Rows: every token without KV, segment by segment (tokens and slots copied as list
+        # slices, nodes and offsets computed for all rows at once), then a row per target whose
+        # token already has KV.
+        written = np.fromiter((s.written for s in order), dtype=np.int64, count=len(order))
+        counts = np.fromiter((len(s.tokens) for s in order), dtype=np.int64, count=len(order)) - written
+        starts = np.fromiter((s.start for s in order), dtype=np.int64, count=len(order))
+        tokens: list[int] = []
+        slots: list[int] = []
+        for s in order:
+            if s.written < len(s.tokens):
+                tokens += s.tokens[s.written :]
+                slots += s.slots[s.written :]
         num_write = len(tokens)
-        prefill = sum(1 for i in nodes if not order[i].generated)
+        first = np.cumsum(counts) - counts  # each segment's first row
+        seg = np.repeat(np.arange(len(order)), counts)
+        offset = np.arange(num_write) - first[seg] + written[seg]  # each row's token within its segment
+        extra: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
         target_rows = []
         for s, j in targets:
-            key = (s.id, j)
-            if key not in row_of:  # already has KV: recompute the row for its logits only
-                row_of[key] = len(tokens)
-                tokens.append(s.tokens[j]), positions.append(s.start + j), nodes.append(index[s.id])
-                visible.append(j + 1), slots.append(-1)
-            target_rows.append(row_of[key])
+            i = index[s.id]
+            if j >= written[i]:
+                target_rows.append(int(first[i] + j - written[i]))
+                continue
+            if (i, j) not in extra:  # already has KV: recompute the row for its logits only
+                extra[(i, j)] = len(tokens)
+                tokens.append(s.tokens[j])
+                slots.append(-1)
+            target_rows.append(extra[(i, j)])
         if not tokens:
             return torch.empty(0, self.model.cfg.vocab_size)
+        nodes = np.concatenate([seg, np.fromiter((i for i, _ in extra), dtype=np.int64, count=len(extra))])
+        offset = np.concatenate([offset, np.fromiter((j for _, j in extra), dtype=np.int64, count=len(extra))])
+        visible, positions = offset + 1, starts[nodes] + offset
+        prefill = int(counts[[not s.generated for s in order]].sum())
         plan = plan_tree_attention(
             [index[s.parent.id] if s.parent is not None else -1 for s in order],
             [s.slot_array for s in order],
@@ -195,7 +210,7 @@ class Engine:
             device=self.model.device,
         )
         if self.fast_decode and len(tokens) <= self.runtime.graph_max_rows:
-            logits = self._forward_on_arena(plan, np.array([tokens, positions, slots], dtype=np.int64), target_rows)
+            logits = self._forward_on_arena(plan, np.stack([np.array(tokens), positions, np.array(slots)]), target_rows)
         else:
             dev = self.model.device
             width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
@@ -207,9 +222,8 @@ class Engine:
             logits = self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
         for s in order:
             s.written = len(s.tokens)
-        starts = np.array([s.start for s in order])
         self.stats.forward_steps += 1
-        self.stats.attended_tokens += int((starts[np.asarray(nodes)] + np.asarray(visible)).sum())
+        self.stats.attended_tokens += int((positions + 1).sum())
         self.stats.unique_tokens += sum(len(s.tokens) for s in order)
         self.stats.prefill_tokens += prefill
         return logits
