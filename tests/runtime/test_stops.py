@@ -127,6 +127,17 @@ def test_a_stop_joined_by_a_clean_up_of_spaces_is_found(tmp_path) -> None:
     assert _first_hit(StopWindow(detok, detok.cleans_up_spaces), tokens, ("don",)) == 4
 
 
+def test_a_window_starting_inside_a_character_widens_past_the_garbled_bytes(tmp_path) -> None:
+    """A byte-fallback decoder shows a run of byte tokens cut inside a character as U+FFFD, one per
+    byte: the window widens until the stop's text decodes."""
+    tok = _sentencepiece(tmp_path)
+    detok = Detokenizer(tok)
+    ids = tok.encode("x 日本語", add_special_tokens=False)
+    assert detok(ids[-8:]) == "\ufffd" * 8  # 本 and 語 too, though their bytes are whole
+    assert _first_hit(StopWindow(detok, detok.cleans_up_spaces), ids, ("日本語",)) == len(ids)
+    assert _first_hit(StopWindow(detok, detok.cleans_up_spaces), ids, ("\ufffd語",)) is None  # a stop holding U+FFFD
+
+
 def test_a_row_whose_newest_token_cannot_end_a_stop_is_not_decoded(tokenizer) -> None:
     detok = Detokenizer(tokenizer)
     calls = []

@@ -11,8 +11,10 @@ as does a token whose text holds U+FFFD. A tokenizer that cleans up spaces
 (``clean_up_tokenization_spaces``: " ." to ".", " n't" to "n't", ...) may join text before the
 newest token when it removes a space; a stop that such a join can complete (one of more than one
 character holding one of ``.?!,'n``) checks every row too. A row that needs checking decodes its
-last few tokens, widening the window only when they decode to too little text (empty or
-partial-byte tokens).
+last few tokens, widening the window when they decode to too little text (empty or partial-byte
+tokens) or to U+FFFD where a stop could lie: a window that starts inside a character may garble
+more than that character (a byte-fallback decoder shows the whole run of byte tokens after it as
+U+FFFD). A stop that itself holds U+FFFD could match such garbling, so it reads the whole text.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class StopWindow:
             return result
         may_end, longest = self._spec(stops)
         ends = frozenset(s[-1] for s in stops) | {_REPLACEMENT}
+        # A stop holding U+FFFD could match a window's garbled start: such stops read the whole text.
+        first = None if any(_REPLACEMENT in s for s in stops) else longest + 1
         todo = []
         for i, tokens in enumerate(rows):
             if not tokens:
@@ -69,7 +73,7 @@ class StopWindow:
                     may = may_end[tokens[-1]] = not ends.isdisjoint(self._text(tokens[-1]))
                 if not may:
                     continue
-            todo.append((i, longest + 1))
+            todo.append((i, first or len(tokens)))
         while todo:
             wider = []
             for i, w in todo:
@@ -77,7 +81,9 @@ class StopWindow:
                 text = self._decode(tokens[-w:])
                 if any(s in text for s in stops):
                     result[i] = True
-                elif w < len(tokens) and len(text) < longest + len(self._text(tokens[-1])) + _EDGE:
-                    wider.append((i, 2 * w))
+                elif w < len(tokens):
+                    need = longest + len(self._text(tokens[-1]))  # the text a stop ending in the newest token lies in
+                    if len(text) < need + _EDGE or _REPLACEMENT in text[-need:]:
+                        wider.append((i, 2 * w))
             todo = wider
         return result
