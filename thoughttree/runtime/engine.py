@@ -86,7 +86,7 @@ class _Ends:
     A request's generated tokens reach its length limit at ``limit[i]`` tokens (its
     ``max_tokens``, or the room left in the model's context after its parent). ``on_token[i]``
     maps a token that ends it to the reason (EOS unless ignored, then its stop tokens); requests
-    with the same Sampling share one map.
+    with the same Sampling share one map. ``stops[i]`` are its stop strings.
     """
 
     def __init__(self, requests: Sequence[DecodeRequest], eos: AbstractSet[int], max_context: int) -> None:
