@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import torch
 
 
@@ -38,7 +37,7 @@ class KVPool:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.page_size = page_size
         self.num_pages = num_pages
-        self.refcount = np.zeros(num_pages, dtype=np.int64)
+        self.refcount = [0] * num_pages  # a list: one page's count is read and written at a time
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low pages first
 
     @staticmethod
@@ -77,7 +76,8 @@ class KVPool:
                 "(RuntimeConfig(num_pages=...) or kv_memory_bytes=...)"
             )
         pages = [self._free.pop() for _ in range(n)]
-        self.refcount[pages] = 1
+        for page in pages:
+            self.refcount[page] = 1
         return pages
 
     def retain(self, page: int) -> None:

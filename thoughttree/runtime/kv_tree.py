@@ -84,8 +84,10 @@ class KVTree:
     # -- creation ------------------------------------------------------------------------------
     def _new(self, parent: Segment | None, tokens: list[int], sealed: bool) -> Segment:
         ps = self.pool.page_size
-        pages = self.pool.alloc(-(-len(tokens) // ps))
-        slots = [pages[i // ps] * ps + i % ps for i in range(len(tokens))]
+        slots: list[int] = []
+        for page in self.pool.alloc(-(-len(tokens) // ps)):
+            slots += range(page * ps, page * ps + ps)
+        del slots[len(tokens) :]
         seg = Segment(self._next_id, parent, list(tokens), slots, parent.end if parent else 0, sealed=sealed)
         self._next_id += 1
         self.segments[seg.id] = seg
