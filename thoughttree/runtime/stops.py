@@ -19,6 +19,7 @@ U+FFFD). A stop that itself holds U+FFFD could match such garbling, so it reads 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 # Characters a window's start may lose or garble (a stripped leading space, a partial UTF-8
@@ -29,6 +30,19 @@ _REPLACEMENT = "\ufffd"
 _JOINED = frozenset(".?!,'n")  # what a clean-up of spaces joins to the character before the space
 
 
+@dataclass(frozen=True, eq=False)
+class _Spec:
+    """What a tuple of stop strings decides once: whether a stop may end in a token (filled in
+    token by token; None: in any token, so every row checks), the characters a newest token's
+    text must hold for one to end in it, the longest stop's length, and the first window's size
+    (None: the whole text)."""
+
+    may_end: dict[int, bool] | None
+    ends: frozenset[str]
+    longest: int
+    first: int | None
+
+
 class StopWindow:
     """Finds stop strings in the text ending at each row's newest token."""
 
@@ -36,9 +50,7 @@ class StopWindow:
         self._decode = decode
         self._cleans_up = cleans_up_spaces
         self._token_text: dict[int, str] = {}
-        # Per tuple of stop strings: whether a stop may end in a token (None: in any token, so
-        # every row checks), token by token as they are met; the longest stop's length.
-        self._may_end: dict[tuple[str, ...], tuple[dict[int, bool] | None, int]] = {}
+        self._specs: dict[tuple[str, ...], _Spec] = {}
 
     def _text(self, token: int) -> str:
         text = self._token_text.get(token)
@@ -46,12 +58,15 @@ class StopWindow:
             text = self._token_text[token] = self._decode([token])
         return text
 
-    def _spec(self, stops: tuple[str, ...]) -> tuple[dict[int, bool] | None, int]:
-        spec = self._may_end.get(stops)
+    def _spec(self, stops: tuple[str, ...]) -> _Spec:
+        spec = self._specs.get(stops)
         if spec is None:
             last = frozenset(s[-1] for s in stops)
             joined = self._cleans_up and any(len(s) > 1 and not _JOINED.isdisjoint(s) for s in stops)
-            spec = self._may_end[stops] = (None if joined or last & _SPACES else {}, max(map(len, stops)))
+            longest = max(map(len, stops))
+            # A stop holding U+FFFD could match a window's garbled start: such stops read the whole text.
+            first = None if any(_REPLACEMENT in s for s in stops) else longest + 1
+            spec = self._specs[stops] = _Spec(None if joined or last & _SPACES else {}, last | {_REPLACEMENT}, longest, first)
         return spec
 
     def hits(self, stops: tuple[str, ...], rows: Sequence[list[int]]) -> list[bool]:
@@ -59,10 +74,8 @@ class StopWindow:
         result = [False] * len(rows)
         if not stops:
             return result
-        may_end, longest = self._spec(stops)
-        ends = frozenset(s[-1] for s in stops) | {_REPLACEMENT}
-        # A stop holding U+FFFD could match a window's garbled start: such stops read the whole text.
-        first = None if any(_REPLACEMENT in s for s in stops) else longest + 1
+        spec = self._spec(stops)
+        may_end, longest = spec.may_end, spec.longest
         todo = []
         for i, tokens in enumerate(rows):
             if not tokens:
@@ -70,10 +83,10 @@ class StopWindow:
             if may_end is not None:
                 may = may_end.get(tokens[-1])
                 if may is None:
-                    may = may_end[tokens[-1]] = not ends.isdisjoint(self._text(tokens[-1]))
+                    may = may_end[tokens[-1]] = not spec.ends.isdisjoint(self._text(tokens[-1]))
                 if not may:
                     continue
-            todo.append((i, first or len(tokens)))
+            todo.append((i, spec.first or len(tokens)))
         while todo:
             wider = []
             for i, w in todo:
