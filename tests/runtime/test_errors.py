@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.runtime import ModelLoadError
@@ -113,3 +114,19 @@ def test_config_dimensions_are_checked_against_the_weights(tmp_path, arch, chang
 def test_bad_runtime_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         RuntimeConfig(**{field: value})
+
+
+def test_a_checkpoint_missing_a_tensor_names_it_and_extra_tensors_are_skipped(tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama")
+    tensors = load_file(path / "model.safetensors")
+    extra = {**tensors, "model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(8)}
+    save_file(extra, path / "model.safetensors", metadata={"format": "pt"})
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))
+    assert not any("rotary" in name for name in lm.model.w)
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match="lacks tensors: layers.1.mlp.up_proj.weight"):
+        LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))

@@ -49,3 +49,21 @@ def test_deft_runtime_matches_transformers_in_bf16(arch: str, tmp_path) -> None:
         assert (top - chosen).max().item() < 0.25, arch
     tree.prune(tree.root)
     assert lm.kv.pool.num_used == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_weights_reach_the_gpu_through_the_staging_buffers_unchanged(arch: str, tmp_path, monkeypatch) -> None:
+    """Buffers far smaller than the tensors: each crosses in many pieces, the two buffers
+    alternating; the weights must equal those read on the CPU, bit for bit."""
+    from thoughttree.runtime import checkpoint
+    from thoughttree.runtime.model_config import ModelConfig
+
+    path = make_model(tmp_path, arch)
+    cfg = ModelConfig.from_dir(path)
+    host = checkpoint.load_transformer(path, cfg, device=torch.device("cpu"), dtype=torch.bfloat16).w
+    monkeypatch.setattr(checkpoint, "STAGING_BYTES", 1000)
+    gpu = checkpoint.load_transformer(path, cfg, device=torch.device("cuda"), dtype=torch.bfloat16).w
+    assert sorted(gpu) == sorted(host)
+    for name, t in gpu.items():
+        assert t.device.type == "cuda" and t.dtype == torch.bfloat16, name
+        assert torch.equal(t.cpu(), host[name]), name

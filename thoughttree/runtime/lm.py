@@ -11,11 +11,12 @@ import torch
 
 from ..config import RuntimeConfig, Sampling
 from ..tree import Generation, Node, ThoughtTree
+from .checkpoint import load_transformer
 from .detokenize import Detokenizer
 from .engine import DecodeRequest, Decoded, Engine, EngineStats
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
-from .model import Transformer, load_transformer
+from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError
 from .parallel import TensorParallel, check_divisible, local_device
 

@@ -6,14 +6,11 @@ attention is delegated per layer to a callback that reads and writes the tree KV
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
@@ -24,7 +21,7 @@ from ..kernels.reference import (
     silu_mul_reference,
     store_kv_reference,
 )
-from .model_config import ModelConfig, ModelLoadError, check_tensor_shapes
+from .model_config import ModelConfig
 
 class StepKV(Protocol):
     """What one forward step needs from the KV cache.
@@ -43,10 +40,6 @@ class StepKV(Protocol):
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """q [T, H_q, D] (rotated) -> [T, H_q, D] over each row's tree path, after this layer's writes."""
         ...
-
-
-# narrow(checkpoint tensor name, shape) -> (dim, start, stop) to read only that slice, or None for all
-Narrow = Callable[[str, Sequence[int]], "tuple[int, int, int] | None"]
 
 
 def _same(x: torch.Tensor) -> torch.Tensor:
@@ -133,89 +126,3 @@ class Transformer:
         """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype)."""
         out = self.gather(F.linear(hidden, self.w["lm_head"]))
         return out.float() if upcast else out
-
-
-def _read_tensors(
-    path: Path, narrow: Narrow | None = None
-) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:
-    """The tensors (only the slices ``narrow`` asks for) and every tensor's full shape, by name."""
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = sorted(p.name for p in path.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"{path} holds no *.safetensors weights; save the model with save_pretrained(safe_serialization=True)")
-    out: dict[str, torch.Tensor] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name in files:
-        file = path / name
-        if not file.is_file():
-            raise ModelLoadError(f"{path} lacks the weight shard {name} named in its index")
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                for key in f.keys():
-                    shapes[key] = tuple(f.get_slice(key).get_shape())
-                    part = narrow(key, shapes[key]) if narrow is not None else None
-                    out[key] = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
-        except Exception as exc:  # safetensors raises its own error types for damaged files
-            raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
-    return out, shapes
-
-
-def _read_slice(tensor: Any, dim: int, start: int, stop: int) -> torch.Tensor:
-    return tensor[start:stop] if dim == 0 else tensor[:, start:stop]
-
-
-def load_transformer(
-    path: str | Path, cfg: ModelConfig, *, device: torch.device, dtype: torch.dtype, narrow: Narrow | None = None
-) -> Transformer:
-    """Read a Hugging Face safetensors checkpoint (sharded or not) into fused inference weights.
-
-    ``narrow`` reads only a slice of some tensors (a tensor-parallel rank's shard).
-    """
-    raw, shapes = _read_tensors(Path(path), narrow)
-    raw = {k.removeprefix("model."): v for k, v in raw.items()}
-    check_tensor_shapes(cfg, {k.removeprefix("model."): s for k, s in shapes.items()}, str(path))
-    missing: list[str] = []
-
-    def take(name: str, required: bool = True) -> torch.Tensor | None:
-        t = raw.get(name)
-        if t is None and required:
-            missing.append(name)
-        return t
-
-    w: dict[str, torch.Tensor | None] = {"embed": take("embed_tokens.weight"), "norm": take("norm.weight")}
-    head = raw.get("lm_head.weight")
-    if head is None and not cfg.tie_word_embeddings:
-        missing.append("lm_head.weight")
-    w["lm_head"] = head if head is not None else w["embed"]
-    for i in range(cfg.num_layers):
-        a, m, p = f"layers.{i}.self_attn.", f"layers.{i}.mlp.", f"layers.{i}."
-        w[p + "ln1"] = take(p + "input_layernorm.weight")
-        w[p + "ln2"] = take(p + "post_attention_layernorm.weight")
-        qkv = [take(a + f"{n}_proj.weight") for n in "qkv"]
-        w[p + "qkv"] = torch.cat(qkv) if all(t is not None for t in qkv) else None
-        if cfg.attention_bias:
-            biases = [take(a + f"{n}_proj.bias") for n in "qkv"]
-            w[p + "qkv_bias"] = torch.cat(biases) if all(t is not None for t in biases) else None
-            w[p + "o_bias"] = raw.get(a + "o_proj.bias")
-        w[p + "o"] = take(a + "o_proj.weight")
-        if cfg.qk_norm:
-            w[p + "q_norm"] = take(a + "q_norm.weight")
-            w[p + "k_norm"] = take(a + "k_norm.weight")
-        gate, up = take(m + "gate_proj.weight"), take(m + "up_proj.weight")
-        w[p + "gate_up"] = torch.cat([gate, up]) if gate is not None and up is not None else None
-        w[p + "down"] = take(m + "down_proj.weight")
-        if cfg.mlp_bias:
-            gb, ub = take(m + "gate_proj.bias"), take(m + "up_proj.bias")
-            w[p + "gate_up_bias"] = torch.cat([gb, ub]) if gb is not None and ub is not None else None
-            w[p + "down_bias"] = take(m + "down_proj.bias")
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise ModelLoadError(f"checkpoint at {path} lacks tensors: {shown}")
-    weights = {k: v.to(device=device, dtype=dtype) for k, v in w.items() if v is not None}
-    expect = (cfg.vocab_size, cfg.hidden_size)
-    if tuple(weights["embed"].shape) != expect:
-        raise ModelLoadError(f"embedding shape {tuple(weights['embed'].shape)} does not match config {expect}")
-    return Transformer(cfg, weights, device)
