@@ -67,3 +67,14 @@ def test_weights_reach_the_gpu_through_the_staging_buffers_unchanged(arch: str, 
     for name, t in gpu.items():
         assert t.device.type == "cuda" and t.dtype == torch.bfloat16, name
         assert torch.equal(t.cpu(), host[name]), name
+
+
+def test_weights_larger_than_the_free_gpu_memory_fail_before_any_copy(tmp_path, monkeypatch) -> None:
+    from thoughttree.runtime import ModelLoadError
+
+    path = make_model(tmp_path, "llama")
+    before = torch.cuda.memory_allocated()
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000, 80 << 30))
+    with pytest.raises(ModelLoadError, match=r"weights take 0\.0 GiB in bfloat16 but cuda(:0)? has 0\.0 GiB free.*tensor_parallel"):
+        LM.from_pretrained(path, device="cuda", dtype="bfloat16")
+    assert torch.cuda.memory_allocated() == before

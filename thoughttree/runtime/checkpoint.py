@@ -1,15 +1,18 @@
 """Reading a Hugging Face safetensors checkpoint into the fused weights of :class:`model.Transformer`.
 
-Each tensor the model uses goes to the target device and dtype as soon as it is read, and the
-projections that run as one matmul (q, k and v; gate and up) are joined there. So the host holds
-no copy of the model: safetensors maps the files, and on a GPU the bytes go through two pinned
-buffers, the host filling one while the device copies out of the other. The joins run on the
-device, and each part is freed once joined.
+The files' headers come first: the config is checked against every tensor's shape, missing
+tensors are named, and on a GPU the weights' size is checked against its free memory, all before
+a byte is copied. Then each tensor the model uses goes to the target device and dtype as soon as
+it is read, and the projections that run as one matmul (q, k and v; gate and up) are joined
+there. So the host holds no copy of the model: safetensors maps the files, and on a GPU the bytes
+go through two pinned buffers, the host filling one while the device copies out of the other.
+The joins run on the device, and each part is freed once joined.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -69,31 +72,66 @@ def shard_files(path: Path) -> list[Path]:
     return [path / name for name in names]
 
 
-def read_tensors(
-    path: Path, wanted: Callable[[str], bool], device: torch.device, dtype: torch.dtype, narrow: Narrow | None = None
-) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:
-    """Every tensor's full shape by name, and the ``wanted`` ones (only the slices ``narrow``
-    asks for) on ``device`` in ``dtype``, keyed without the ``model.`` prefix."""
-    upload = _Upload(device, STAGING_BYTES) if device.type == "cuda" else None
-    out: dict[str, torch.Tensor] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in shard_files(path):
+def tensor_index(files: Sequence[Path]) -> dict[str, tuple[Path, str, tuple[int, ...]]]:
+    """Every tensor's file, key and full shape, by name without the ``model.`` prefix (headers only)."""
+    index: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
+    for file in files:
         try:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():
-                    name = key.removeprefix("model.")
-                    tensor = f.get_slice(key)
-                    shapes[name] = tuple(tensor.get_shape())
-                    if not wanted(name):
-                        continue
-                    part = narrow(key, shapes[name]) if narrow is not None else None
-                    t = f.get_tensor(key) if part is None else _read_slice(tensor, *part)
+                    index[key.removeprefix("model.")] = (file, key, tuple(f.get_slice(key).get_shape()))
+        except Exception as exc:  # safetensors raises its own error types for damaged files
+            raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
+    return index
+
+
+def read_tensors(
+    index: dict[str, tuple[Path, str, tuple[int, ...]]], names: Sequence[str], device: torch.device, dtype: torch.dtype,
+    narrow: Narrow | None = None,
+) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of ``index`` (only the slices ``narrow`` asks for) on ``device`` in ``dtype``."""
+    upload = _Upload(device, STAGING_BYTES) if device.type == "cuda" else None
+    out: dict[str, torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name in names:
+        by_file.setdefault(index[name][0], []).append(name)
+    for file, group in by_file.items():
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in group:
+                    _, key, shape = index[name]
+                    part = narrow(key, shape) if narrow is not None else None
+                    t = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
                     out[name] = (upload(t) if upload is not None else t).to(dtype)
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
     if upload is not None:
         upload.finish()
-    return out, shapes
+    return out
+
+
+def _size(shape: tuple[int, ...], part: tuple[int, int, int] | None) -> int:
+    dims = list(shape)
+    if part is not None:
+        dim, start, stop = part
+        dims[dim] = stop - start
+    return math.prod(dims)
+
+
+def _check_room(index: dict, names: Sequence[str], device: torch.device, dtype: torch.dtype, narrow: Narrow | None) -> None:
+    """A clear error, before anything is copied, when the weights cannot fit in the GPU's free memory."""
+    if device.type != "cuda":
+        return
+    need = dtype.itemsize * sum(
+        _size(shape, narrow(key, shape) if narrow is not None else None) for _, key, shape in (index[n] for n in names)
+    )
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise ModelLoadError(
+            f"the model's weights take {need / 2**30:.1f} GiB in {str(dtype).removeprefix('torch.')} but {device} has "
+            f"{free / 2**30:.1f} GiB free; free GPU memory, choose a smaller dtype or split the model over GPUs "
+            "(tensor_parallel=N)"
+        )
 
 
 def _read_slice(tensor: Any, dim: int, start: int, stop: int) -> torch.Tensor:
@@ -129,20 +167,20 @@ def load_transformer(
     ``narrow`` reads only a slice of some tensors (a tensor-parallel rank's shard).
     """
     fused = {"embed": ["embed_tokens.weight"], "norm": ["norm.weight"]}
-    optional = {"lm_head.weight"}
     for i in range(cfg.num_layers):
         fused.update(_layer_names(cfg, i))
-        if cfg.attention_bias:
-            optional.add(f"layers.{i}.self_attn.o_proj.bias")
-    needed = {n for parts in fused.values() for n in parts}
-    raw, shapes = read_tensors(Path(path), lambda name: name in needed or name in optional, device, dtype, narrow)
-    check_tensor_shapes(cfg, shapes, str(path))
-    missing = [n for parts in fused.values() for n in parts if n not in raw]
-    if "lm_head.weight" not in raw and not cfg.tie_word_embeddings:
+    index = tensor_index(shard_files(Path(path)))
+    check_tensor_shapes(cfg, {name: shape for name, (_, _, shape) in index.items()}, str(path))
+    missing = [n for parts in fused.values() for n in parts if n not in index]
+    if "lm_head.weight" not in index and not cfg.tie_word_embeddings:
         missing.append("lm_head.weight")
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ModelLoadError(f"checkpoint at {path} lacks tensors: {shown}")
+    optional = ["lm_head.weight"] + [f"layers.{i}.self_attn.o_proj.bias" for i in range(cfg.num_layers) if cfg.attention_bias]
+    names = [n for parts in fused.values() for n in parts] + [n for n in optional if n in index]
+    _check_room(index, names, device, dtype, narrow)
+    raw = read_tensors(index, names, device, dtype, narrow)
     weights = {}
     for name, parts in fused.items():
         # Joined on the device; each part is dropped once used, so the joins need little room.
