@@ -69,6 +69,27 @@ def test_weights_reach_the_gpu_through_the_staging_buffers_unchanged(arch: str, 
         assert torch.equal(t.cpu(), host[name]), name
 
 
+
+def test_narrowed_reads_reach_the_gpu_unchanged(tmp_path, monkeypatch) -> None:
+    """A tensor-parallel rank's slices (columns: strided in the file) through the staging buffers."""
+    from pathlib import Path
+
+    from thoughttree.runtime import checkpoint
+
+    path = make_model(tmp_path, "qwen2")
+    index = checkpoint.tensor_index(checkpoint.shard_files(Path(path)))
+    names = sorted(index)
+
+    def narrow(key, shape):
+        return (len(shape) - 1, 1, shape[-1] - 2) if shape[-1] > 3 else None
+
+    host = checkpoint.read_tensors(index, names, torch.device("cpu"), torch.bfloat16, narrow)
+    monkeypatch.setattr(checkpoint, "STAGING_BYTES", 999)
+    gpu = checkpoint.read_tensors(index, names, torch.device("cuda"), torch.bfloat16, narrow)
+    assert sorted(gpu) == names
+    for name in names:
+        assert gpu[name].shape == host[name].shape and torch.equal(gpu[name].cpu(), host[name]), name
+
 def test_weights_larger_than_the_free_gpu_memory_fail_before_any_copy(tmp_path, monkeypatch) -> None:
     from thoughttree.runtime import ModelLoadError
 
