@@ -103,6 +103,8 @@ def read_tensors(
                     part = narrow(key, shape) if narrow is not None else None
                     t = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
                     out[name] = (upload(t) if upload is not None else t).to(dtype)
+        except torch.OutOfMemoryError:
+            raise  # the device's, not the file's (memory taken since the check of the free room)
         except Exception as exc:  # safetensors raises its own error types for damaged files
             raise ModelLoadError(f"cannot read weights from {file}: {exc}") from exc
     if upload is not None:
