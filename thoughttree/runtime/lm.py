@@ -105,6 +105,10 @@ class LM:
         device defaults to CUDA when available; dtype to the checkpoint's on CUDA and float32 on CPU.
         ``tensor_parallel=N`` splits the model over the N ranks of a ``torchrun --nproc-per-node N``
         launch (each on its own GPU, ``cuda:LOCAL_RANK``); every rank must run the same program.
+        Weights go to the device as they are read, so the host needs no room for the model
+        (:mod:`.checkpoint`). Raises ModelLoadError, before copying any weight, for a missing or
+        damaged file, a config that disagrees with the weights, a missing tensor, or weights
+        larger than the GPU's free memory.
         """
         from transformers import AutoTokenizer
 
