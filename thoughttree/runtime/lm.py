@@ -106,9 +106,9 @@ class LM:
         ``tensor_parallel=N`` splits the model over the N ranks of a ``torchrun --nproc-per-node N``
         launch (each on its own GPU, ``cuda:LOCAL_RANK``); every rank must run the same program.
         Weights go to the device as they are read, so the host needs no room for the model
-        (:mod:`.checkpoint`). Raises ModelLoadError, before copying any weight, for a missing or
-        damaged file, a config that disagrees with the weights, a missing tensor, or weights
-        larger than the GPU's free memory.
+        (:mod:`.checkpoint`). Raises ModelLoadError for a missing or damaged file; a config that
+        disagrees with the weights, a missing tensor or weights larger than the GPU's free
+        memory are found before any weight is copied.
         """
         from transformers import AutoTokenizer
 
