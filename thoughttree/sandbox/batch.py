@@ -20,6 +20,7 @@ class Job:
     tests: Sequence[tuple[Any, Any]]
     fn_name: str | None = None
     limits: Limits = field(default_factory=Limits)
+    fresh_interpreter: bool = False
 
 
 def run_many(
@@ -42,7 +43,8 @@ def run_many(
 
     def one(job: Job) -> list[TestResult]:
         return run_tests(
-            job.program, job.tests, fn_name=job.fn_name, limits=job.limits, isolation=isolation, bwrap=bwrap
+            job.program, job.tests, fn_name=job.fn_name, limits=job.limits, isolation=isolation, bwrap=bwrap,
+            fresh_interpreter=job.fresh_interpreter,
         )
 
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:

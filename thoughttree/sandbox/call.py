@@ -1,9 +1,9 @@
-"""The child of a call-based test, inside the sandbox: ``python -I call.py PROGRAM NAME FD``.
+"""A call-based test, inside the sandbox: :func:`run` in a test's process forked from the driver,
+or ``python -I call.py PROGRAM NAME FD`` in a fresh interpreter.
 
 Runs the program as a module named ``solution``, calls ``NAME(*args)`` (a top-level function,
 or a method of a class ``Solution``) with the JSON list of arguments read from standard input,
-and writes the return value to file descriptor FD in :mod:`wire` format. A script, standard
-library only, kept apart from the driver so that each test starts with few imports.
+and writes the return value to file descriptor FD in :mod:`wire` format. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire  # noqa: E402  (the sibling module, found next to this file)
 
 
-def main(program: str, fn_name: str, fd: str) -> None:
-    channel = os.fdopen(int(fd), "w")
+def run(code, fn_name: str, fd: int) -> None:
+    """Run the compiled program as module ``solution``, call ``fn_name`` with the arguments on
+    standard input, write the value to ``fd``."""
+    channel = os.fdopen(fd, "w")
     args = json.loads(sys.stdin.read())
-    with open(program, encoding="utf-8") as handle:
-        code = compile(handle.read(), program, "exec")
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    sys.path.pop(0)
     exec(code, namespace)
     function = namespace.get(fn_name)
     if function is None and isinstance(namespace.get("Solution"), type):
@@ -31,6 +30,13 @@ def main(program: str, fn_name: str, fd: str) -> None:
         sys.exit(f"the program defines no function or Solution method named {fn_name!r}")
     channel.write(wire.encode(function(*args)))
     channel.flush()
+
+
+def main(program: str, fn_name: str, fd: str) -> None:
+    with open(program, encoding="utf-8") as handle:
+        code = compile(handle.read(), program, "exec")
+    sys.path.pop(0)
+    run(code, fn_name, int(fd))
 
 
 if __name__ == "__main__":

@@ -2,21 +2,30 @@
 
 Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.run`; it is a script, standard
 library only, never imported by the evaluator. It reads one JSON request on standard input
-(program path, test inputs, function name, limits), answers with JSON lines on standard output
-(``ready``, then ``syntax_error`` or one record per test) and never sees an expected output.
+(program path, test inputs, function name, limits, whether each test gets a fresh
+interpreter), answers with JSON lines on standard output (``ready``, then ``syntax_error`` or one
+record per test) and never sees an expected output.
 
-Each test runs in a fresh interpreter with the limits set before it starts (address space, CPU
-seconds, file size, process count, open files, no core files) and a wall-clock deadline. When
-the test ends, for whatever reason, its whole process group is killed, and inside the sandbox's
-own PID namespace every other process too (``kill(-1)`` spares only the driver and the
+The driver compiles the program once; each test is a child forked from the driver that runs the
+compiled program as the interpreter runs a script (new standard streams over the test's pipes,
+``__main__``, the exit status, an uncaught exception's traceback, the wait for non-daemon
+threads, exit handlers, the final flush): a fork instead of an interpreter's start. Asked for
+``fresh``, the child starts ``python -I`` on the program instead. Either way the limits are set
+in the child before the program runs (address space, CPU seconds, file size, process count,
+open files, no core files) under a wall-clock deadline, and the child holds only its own pipes.
+When the test ends, for whatever reason, its whole process group is killed, and inside the
+sandbox's own PID namespace every other process too (``kill(-1)`` spares only the driver and the
 namespace's init), so nothing a test leaves behind survives into the next test.
 
-A call-based test's child is ``call.py`` next to this file.
+A call-based test runs :mod:`call` (next to this file) the same two ways.
 """
 
 from __future__ import annotations
 
+import atexit
+import builtins
 import ctypes
+import io
 import json
 import math
 import os
@@ -24,13 +33,23 @@ import resource
 import select
 import selectors
 import signal
-import subprocess
 import sys
 import time
 import traceback
+import types
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import call  # noqa: E402  (the call runner next to this file; it brings the wire module)
+
+while HERE in sys.path:
+    sys.path.remove(HERE)
 
 STDERR_KEEP = 8192
 OPEN_FILES = 256
+OPEN_FILES_BEFORE = 1 << 16  # descriptors a test's child closes before its limit lowers the count
+VALUE_FD = 3  # where a call-based test's child writes the function's value
 DRAIN_S = 1.0
 CHUNK = 65536
 PR_SET_DUMPABLE = 4
@@ -81,23 +100,23 @@ def kill_rest(pgid: int, kill_all: bool) -> None:
 
 
 class Streams:
-    """The child's pipes: feeds standard input, collects output up to the limits."""
+    """The child's pipes (file descriptors): feeds standard input, collects output up to the limits."""
 
-    def __init__(self, proc: subprocess.Popen, data: bytes, value_fd: int | None, cap: int) -> None:
+    def __init__(self, stdin: int, stdout: int, stderr: int, value: int | None, data: bytes, cap: int) -> None:
         self.sel = selectors.DefaultSelector()
         self.data, self.sent, self.cap = data, 0, cap
         self.out, self.err, self.value = bytearray(), bytearray(), bytearray()
         self.over = False
-        os.set_blocking(proc.stdin.fileno(), False)
+        self.stdin = stdin
+        os.set_blocking(stdin, False)
         if data:
-            self.sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+            self.sel.register(stdin, selectors.EVENT_WRITE, None)
         else:
-            proc.stdin.close()
-        self.stdin = proc.stdin
-        self.sel.register(proc.stdout, selectors.EVENT_READ, self.out)
-        self.sel.register(proc.stderr, selectors.EVENT_READ, self.err)
-        if value_fd is not None:
-            self.sel.register(value_fd, selectors.EVENT_READ, self.value)
+            os.close(stdin)
+        self.sel.register(stdout, selectors.EVENT_READ, self.out)
+        self.sel.register(stderr, selectors.EVENT_READ, self.err)
+        if value is not None:
+            self.sel.register(value, selectors.EVENT_READ, self.value)
 
     def pump(self, timeout: float) -> bool:
         """Move data for up to ``timeout`` seconds; False once every pipe is closed."""
@@ -111,9 +130,8 @@ class Streams:
                 continue
             chunk = os.read(key.fd, CHUNK)
             if not chunk:
-                self.sel.unregister(key.fileobj)
-                if isinstance(key.fileobj, int):
-                    os.close(key.fileobj)
+                self.sel.unregister(key.fd)
+                os.close(key.fd)
                 continue
             buffer = key.data
             buffer += chunk
@@ -125,38 +143,176 @@ class Streams:
 
     def _feed(self) -> None:
         try:
-            self.sent += os.write(self.stdin.fileno(), self.data[self.sent : self.sent + CHUNK])
+            self.sent += os.write(self.stdin, self.data[self.sent : self.sent + CHUNK])
         except (BrokenPipeError, BlockingIOError):
             self.sent = len(self.data)
         if self.sent >= len(self.data):
             self.sel.unregister(self.stdin)
-            self.stdin.close()
+            os.close(self.stdin)
 
     def close(self) -> None:
         for key in list(self.sel.get_map().values()):
-            self.sel.unregister(key.fileobj)
-            if isinstance(key.fileobj, int):
-                os.close(key.fileobj)
-            else:
-                key.fileobj.close()
+            self.sel.unregister(key.fd)
+            if not isinstance(key.data, str):
+                os.close(key.fd)
 
 
-def run_test(argv: list[str], data: bytes, request: dict, call: bool) -> dict:
+def _std_streams() -> None:
+    """sys.stdin/stdout/stderr over descriptors 0-2, made as a fresh interpreter makes them (the
+    driver's own streams, made by the same interpreter, give the encodings and buffering)."""
+
+    def wrap(fd: int, like, reading: bool) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, "rb" if reading else "wb", closefd=False)
+        buffered = io.BufferedReader(raw) if reading else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n",
+                                line_buffering=like.line_buffering, write_through=like.write_through)
+
+    sys.stdin = sys.__stdin__ = wrap(0, sys.__stdin__, True)
+    sys.stdout = sys.__stdout__ = wrap(1, sys.__stdout__, False)
+    sys.stderr = sys.__stderr__ = wrap(2, sys.__stderr__, False)
+
+
+def _report(error: BaseException, program: str) -> None:
+    """What the interpreter does with an uncaught exception (``sys.excepthook``: its traceback),
+    the traceback starting at the program's first frame as the interpreter's would."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != program:
+        tb = tb.tb_next
+    if tb is not None:
+        error.__traceback__ = tb
+    try:
+        sys.excepthook(type(error), error, error.__traceback__)
+    except BaseException:
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.__stderr__)
+
+
+def _exit_status(code: object) -> int:
+    """The exit status of ``SystemExit(code)``, as the interpreter turns it into one."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_in_process(run: Callable[[], None], program: str) -> int:
+    """Run ``run`` the way the interpreter runs a script, from its first line to its exit: an
+    uncaught exception's traceback, then the wait for the program's threads, its exit handlers
+    and the flush of its output. Returns the exit status."""
+    atexit._clear()  # the driver's exit handlers are not the program's
+    # In a fresh interpreter the program's first frame is the first of all; here it sits under
+    # this one, those below it, ``run``'s and exec's. The limit rises by as many (checked against
+    # a fresh interpreter at the limit's edge), so the same recursion fits.
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    sys.setrecursionlimit(sys.getrecursionlimit() + depth + 2)
+    status = 0
+    try:
+        run()
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    except BaseException as error:
+        _report(error, program)
+        status = 1
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException as error:
+            _report(error, program)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.flush()
+        except Exception:
+            status = 120  # as the interpreter exits when its output cannot be flushed
+    for stream in (sys.__stdout__, sys.__stderr__):  # flushed when the interpreter frees them
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    return status
+
+
+def script_child(code, program: str) -> Callable[[], int]:
+    """A test's child that runs the compiled program as ``python -I program`` would."""
+
+    def child() -> int:
+        _std_streams()
+        main = types.ModuleType("__main__")
+        main.__file__, main.__builtins__ = program, builtins
+        sys.modules["__main__"] = main
+        sys.argv = [program]
+        return _run_in_process(lambda: exec(code, main.__dict__), program)
+
+    return child
+
+
+def call_child(code, program: str, fn_name: str) -> Callable[[], int]:
+    """A call-based test's child: :func:`call.run` on the compiled program, its value to fd 3."""
+
+    def child() -> int:
+        _std_streams()
+        sys.argv = [program]
+        return _run_in_process(lambda: call.run(code, fn_name, VALUE_FD), program)
+
+    return child
+
+
+def exec_child(argv: list[str]) -> Callable[[], int]:
+    """A test's child that starts a fresh interpreter: ``argv`` replaces it."""
+
+    def child() -> int:
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)  # as subprocess leaves them for a new program
+        os.execv(argv[0], argv)
+        return 127
+
+    return child
+
+
+def _enter(child: Callable[[], int], fds: list[int], limits: dict, extra_processes: int) -> None:
+    """In the forked child: descriptors 0-2 (and the value's, 3) from ``fds``, nothing else
+    open, a session of its own, the limits; then ``child``. Never returns."""
+    status = 126
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(len(fds), OPEN_FILES_BEFORE)
+        limiter(limits, extra_processes)()
+        status = child()
+    except BaseException:
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+    finally:
+        os._exit(status)
+
+
+def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -> dict:
     limits, kill_all = request["limits"], request["kill_all"]
-    value_r = value_w = None
-    if call:
-        value_r, value_w = os.pipe()
-        argv = [*argv, str(value_w)]
+    pipes = [os.pipe() for _ in range(4 if call else 3)]  # stdin, stdout, stderr, the call's value
+    ours = [pipes[0][1]] + [r for r, _ in pipes[1:]]
+    theirs = [pipes[0][0]] + [w for _, w in pipes[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
     start = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        pass_fds=() if value_w is None else (value_w,), start_new_session=True,
-        preexec_fn=limiter(limits, 2 if kill_all else 0),
-    )
-    if value_w is not None:
-        os.close(value_w)
-    pidfd = os.pidfd_open(proc.pid)
-    streams = Streams(proc, data, value_r, limits["output_bytes"])
+    pid = os.fork()
+    if pid == 0:
+        for fd in ours:
+            os.close(fd)
+        _enter(child, theirs, limits, 2 if kill_all else 0)
+    for fd in theirs:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    streams = Streams(ours[0], ours[1], ours[2], ours[3] if call else None, data, limits["output_bytes"])
     streams.sel.register(pidfd, selectors.EVENT_READ, "exit")
     deadline = start + limits["time_s"]
     timed_out = exited = False
@@ -170,14 +326,14 @@ def run_test(argv: list[str], data: bytes, request: dict, call: bool) -> dict:
     elapsed = time.monotonic() - start
     streams.sel.unregister(pidfd)
     os.close(pidfd)
-    kill_rest(proc.pid, kill_all)
+    kill_rest(pid, kill_all)
     drain_until = time.monotonic() + DRAIN_S
     while not streams.over and time.monotonic() < drain_until and streams.pump(drain_until - time.monotonic()):
         pass
     streams.close()
-    code = proc.wait()
+    _, wait_status = os.waitpid(pid, 0)
     return {
-        "exit": code,
+        "exit": os.waitstatus_to_exitcode(wait_status),
         "timeout": timed_out,
         "output_limit": streams.over,
         "stdout": streams.out[: limits["output_bytes"]].decode("utf-8", "replace"),
@@ -195,17 +351,19 @@ def main() -> None:
     with open(program, encoding="utf-8", errors="replace") as handle:
         source = handle.read()
     try:
-        compile(source, program, "exec")
+        code = compile(source, program, "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # Python would not run it either
         emit({"syntax_error": "".join(traceback.format_exception_only(type(err), err)).strip()})
         return
-    runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "call.py")
+    runner = os.path.join(HERE, "call.py")
+    if request["fresh"]:
+        argv = [sys.executable, "-I", program] if fn_name is None else [sys.executable, "-I", runner, program, fn_name, str(VALUE_FD)]
+        child = exec_child(argv)
+    else:
+        child = script_child(code, program) if fn_name is None else call_child(code, program, fn_name)
     for index, given in enumerate(request["inputs"]):
-        if fn_name is None:
-            argv, data = [sys.executable, "-I", program], given.encode("utf-8")
-        else:
-            argv, data = [sys.executable, "-I", runner, program, fn_name], json.dumps(given).encode("utf-8")
-        emit({"i": index, **run_test(argv, data, request, call=fn_name is not None)})
+        data = given.encode("utf-8") if fn_name is None else json.dumps(given).encode("utf-8")
+        emit({"i": index, **run_test(child, data, request, call=fn_name is not None)})
 
 
 if __name__ == "__main__":
