@@ -44,6 +44,7 @@ PROGRAMS = {
     "too deep": "def d(n):\n    return d(n + 1)\nd(0)",
     "memory error": "x = bytearray(4 * 2 ** 30)",
     "own excepthook": "import sys\nsys.excepthook = lambda *a: print('hooked', a[0].__name__, file=sys.stderr)\nraise KeyError(1)",
+    "its own /proc entries": "import os\nprint(sorted(os.listdir('/proc/self/fd')), len(open('/proc/self/status').read()) > 0)",
     "stdout set to None": "import sys\nprint('shown')\nsys.stdout.flush()\nsys.stdout = None",
 }
 
