@@ -201,6 +201,8 @@ def _run_in_process(run: Callable[[], None], program: str) -> int:
     uncaught exception's traceback, then the wait for the program's threads, its exit handlers
     and the flush of its output. Returns the exit status."""
     atexit._clear()  # the driver's exit handlers are not the program's
+    for name in ("call", "wire"):  # the sandbox's own modules, which the program would not find
+        sys.modules.pop(name, None)
     # In a fresh interpreter the program's first frame is the first of all; here it sits under
     # this one, those below it, ``run``'s and exec's. The limit rises by as many (checked against
     # a fresh interpreter at the limit's edge), so the same recursion fits.
