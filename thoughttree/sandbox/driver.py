@@ -37,7 +37,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Callable
+from typing import Callable, NoReturn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -268,11 +268,10 @@ def call_child(code, program: str, fn_name: str) -> Callable[[], int]:
 def exec_child(argv: list[str]) -> Callable[[], int]:
     """A test's child that starts a fresh interpreter: ``argv`` replaces it."""
 
-    def child() -> int:
+    def child() -> NoReturn:
         for number in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(number, signal.SIG_DFL)  # as subprocess leaves them for a new program
-        os.execv(argv[0], argv)
-        return 127
+        os.execv(argv[0], argv)  # raises if it fails: the child's traceback goes to its stderr
 
     return child
 
