@@ -103,3 +103,12 @@ def test_a_search_error_is_recorded_and_the_problem_fails():
     assert "model exploded" in entry["result"]["error"]
     assert entry["result"]["passed"] is False and entry["result"]["program"] is None
     assert apps_totals([entry])["strict_accuracy"] == 0.0
+
+
+def test_the_checker_judges_alike_with_forked_tests_and_fresh_interpreters():
+    tests = list(DOUBLE.public) + list(DOUBLE.hidden)
+    programs = [RIGHT, WRONG, CRASH, "print(int(input()) * 2", ""]
+    forked = Checker().check(programs, tests, fn_name=None, label="all")
+    fresh = Checker(fresh_interpreter=True).check(programs, tests, fn_name=None, label="all")
+    assert forked == fresh
+    assert [v.pass_rate for v in forked] == [1.0, 0.0, 0.0, 0.0, 0.0]

@@ -37,12 +37,14 @@ class Checker:
     """Checks programs in the sandbox under ``limits`` (a :class:`thoughttree.sandbox.Limits`; None = its defaults).
 
     ``workers`` sandboxes run at once (None: one per CPU core); ``isolation`` is passed to the
-    sandbox ("bwrap", or the weaker mode it names).
+    sandbox ("bwrap", or the weaker mode it names); ``fresh_interpreter`` starts each test in a
+    new interpreter instead of forking it from the sandbox's driver.
     """
 
     limits: Any = None
     workers: int | None = None
     isolation: str = "bwrap"
+    fresh_interpreter: bool = False
     _cache: dict[tuple[str, str], Verdicts] = field(default_factory=dict, repr=False)
 
     def check(self, programs: Sequence[str], tests: Sequence[Test], *, fn_name: str | None, label: str) -> list[Verdicts]:
@@ -63,5 +65,5 @@ class Checker:
         from ...sandbox import Job, Limits, run_many
 
         limits = self.limits if self.limits is not None else Limits()
-        jobs = [Job(program, tests, fn_name, limits) for program in programs]
+        jobs = [Job(program, tests, fn_name, limits, self.fresh_interpreter) for program in programs]
         return run_many(jobs, workers=self.workers, isolation=self.isolation)
