@@ -151,10 +151,10 @@ class Streams:
             os.close(self.stdin)
 
     def close(self) -> None:
+        """Close the pipes still open (the caller has unregistered and closed the exit's pidfd)."""
         for key in list(self.sel.get_map().values()):
             self.sel.unregister(key.fd)
-            if not isinstance(key.data, str):
-                os.close(key.fd)
+            os.close(key.fd)
 
 
 def _std_streams() -> None:
