@@ -140,7 +140,7 @@ def run_tests(
     compiled, and runs the program as ``python -I`` would: the same streams, exit status,
     traceback, thread wait and exit handlers. Its tests share the driver's hash seed and the
     standard modules it imported. ``fresh_interpreter=True`` starts a new interpreter for every
-    test instead (about 20-70 ms more per test).
+    test instead (about 8-11 ms more per test on the machines of BENCHMARKS.md).
 
     ``isolation`` is ``"bwrap"`` (bubblewrap, the ``bwrap`` executable) or, by name only,
     ``"none-unsafe"``; see :mod:`thoughttree.sandbox.isolation`. Raises
