@@ -24,15 +24,17 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-# (module, class, methods): what a search spends its time in, outermost first.
+# (module, class, methods): what a search spends its time in, outermost first. Class None: the
+# module's own functions (as the module calls them; a function it imported is timed there).
 PIECES = [
     ("thoughttree.search", "_Run", ["loop"]),
     ("thoughttree.search_round", "RoundRunner", ["_expand", "_evaluate"]),
-    ("thoughttree.runtime.engine", "Engine", ["decode", "_decode_fast", "forward", "_forward_on_arena", "_still_active", "_reserve", "_take"]),
+    ("thoughttree.runtime.engine", "Engine", ["decode", "_decode_fast", "forward", "_forward_on_arena", "_still_active", "_reserve", "_take", "arena_for"]),
     ("thoughttree.runtime.decode_run", "DecodeRun", ["__init__", "launch", "collect"]),
-    ("thoughttree.runtime.graphs", "DecodeArena", ["load", "step", "forward_rows", "publish", "collect", "_capture"]),
+    ("thoughttree.runtime.decode_run", None, ["plan_tree_attention", "decode_work"]),
+    ("thoughttree.runtime.graphs", "DecodeArena", ["__init__", "load", "step", "forward_rows", "publish", "collect", "_capture"]),
     ("thoughttree.runtime.stops", "StopWindow", ["hits"]),
-    ("thoughttree.runtime.lm", "LM", ["encode", "tree_logits", "_generation"]),
+    ("thoughttree.runtime.lm", "LM", ["encode", "encode_batch", "tree_logits", "_generation"]),
     ("thoughttree.runtime.kv_tree", "KVTree", ["insert", "release", "open_child"]),
 ]
 
@@ -59,11 +61,14 @@ def main() -> int:
     totals: dict[str, list[float]] = {}
     order = []
     for module, cls, methods in PIECES:
-        owner = getattr(importlib.import_module(module), cls)
+        owner = importlib.import_module(module)
+        if cls is not None:
+            owner = getattr(owner, cls)
+        prefix = cls or module.rsplit(".", 1)[-1]
         for method in methods:
             if method not in vars(owner):
-                raise SystemExit(f"{module}.{cls} has no method {method}: update PIECES in {__file__}")
-            name = f"{cls}.{method}"
+                raise SystemExit(f"{module}.{prefix} has no {method}: update PIECES in {__file__}")
+            name = f"{prefix}.{method}"
             setattr(owner, method, wrap(totals, name, vars(owner)[method]))
             order.append(name)
     sys.argv = ["thoughttree", *argv]

@@ -100,6 +100,9 @@ class FakeLM:
             raise ValueError(f"FakeLM handles code points < 256 only: {text!r}")
         return ([BOS] if add_bos else []) + ids + ([EOS] if body is not text else [])
 
+    def encode_batch(self, texts: Sequence[str], *, add_bos: bool) -> list[list[int]]:
+        return [self.encode(t, add_bos=add_bos) for t in texts]
+
     def decode(self, tokens: Sequence[int]) -> str:
         return "".join(EOS_TEXT if t == EOS else chr(t - OFFSET) if t >= OFFSET else "" for t in tokens)
 

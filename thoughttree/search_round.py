@@ -97,7 +97,7 @@ class RoundRunner:
         seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.id, len(x.children), j)
                  for x in nodes for j in range(n)]
         gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
-        out = []
+        kept: list[list[tuple[str, dict[str, Any]]]] = []  # per node, the children's texts to add
         for i, node in enumerate(nodes):
             texts = []
             for g in gens[i * n:(i + 1) * n]:
@@ -107,15 +107,19 @@ class RoundRunner:
                 # The completion's log-probability is kept as the child's prior (MCTS's PUCT).
                 meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
                 texts += [(p, meta) for p in parts if p]
-            kids = []
+            kept.append([])
             seen = self._sibling_keys(node)
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
                 if self._rejection(node, text, seen) is not None:
                     continue
-                kids.append(self.tree.add_child(node, self.lm.encode(text, add_bos=False), text, metadata=dict(meta)))
+                kept[-1].append((text, meta))
                 room = None if room is None else room - 1
+        tokens = iter(self.lm.encode_batch([text for texts in kept for text, _ in texts], add_bos=False))
+        out = []
+        for node, texts in zip(nodes, kept):
+            kids = [self.tree.add_child(node, next(tokens), text, metadata=dict(meta)) for text, meta in texts]
             if kids and node.status is Status.OPEN:
                 node.status = Status.EXPANDED
             out.append(kids)

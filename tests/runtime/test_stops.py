@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from tests.tiny_models import make_tokenizer
+from thoughttree import LM, RuntimeConfig
 from thoughttree.runtime.detokenize import Detokenizer
 from thoughttree.runtime.stops import StopWindow
 
@@ -60,6 +61,11 @@ def _cleaned_words(tmp: Path) -> PreTrainedTokenizerFast:
 KINDS = {"byte_level": _byte_level, "sentencepiece": _sentencepiece, "cleaned_words": _cleaned_words}
 
 
+@pytest.fixture(scope="module")
+def tiny_lm(tiny_model_dir) -> LM:
+    return LM.from_pretrained(tiny_model_dir, device="cpu")
+
+
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def tokenizer(request, tmp_path_factory):
     return KINDS[request.param](tmp_path_factory.mktemp(request.param))
@@ -82,6 +88,16 @@ def test_fast_decode_equals_the_tokenizers_decode(tokenizer, data) -> None:
     want = [tokenizer.decode(t, skip_special_tokens=True) for t in lists]
     assert [detok(t) for t in lists] == want
     assert detok.batch(lists) == want
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_batch_encoding_equals_encoding_each_text(tokenizer, tiny_lm, data) -> None:
+    lm = LM(tiny_lm.model, tokenizer, RuntimeConfig(kv_memory_bytes=1 << 20))
+    pieces = st.sampled_from([t[i:j] for t in _TEXT for i in range(0, len(t), 7) for j in (i + 3, i + 11, len(t))])
+    texts = data.draw(st.lists(st.one_of(pieces, st.text(max_size=12)), max_size=6))
+    for bos in (True, False):
+        assert lm.encode_batch(texts, add_bos=bos) == [lm.encode(t, add_bos=bos) for t in texts]
 
 
 def _first_hit(window: StopWindow, tokens: list[int], stops: tuple[str, ...]) -> int | None:

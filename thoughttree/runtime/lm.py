@@ -150,6 +150,12 @@ class LM:
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
 
+    def encode_batch(self, texts: Sequence[str], *, add_bos: bool = True) -> list[list[int]]:
+        """:meth:`encode` of many texts in one tokenizer call (about half the cost per text)."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_bos, verbose=False)["input_ids"]]
+
     def decode(self, tokens: Sequence[int]) -> str:
         return self._detokenize(tokens)
 

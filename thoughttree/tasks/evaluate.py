@@ -174,10 +174,9 @@ class LabelProbs:
                 "LabelProbs needs labels whose first tokens differ under this tokenizer; "
                 "use ValuePrompt (sampled answers) instead"
             )
-        seqs = []
-        for raw in prompts:
-            prompt = check_prompt(raw, "LabelProbs.prompt")
-            seqs.append(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+        checked = [check_prompt(raw, "LabelProbs.prompt") for raw in prompts]
+        texts = iter(lm.encode_batch([p for p in checked if isinstance(p, str)], add_bos=True))
+        seqs = [next(texts) if isinstance(p, str) else p for p in checked]
         logits = _need(lm, "tree_logits", "LabelProbs")(seqs)
         probs = logits.float().softmax(dim=-1)[:, ids]  # [nodes, labels]
         probs = probs / probs.sum(dim=-1, keepdim=True).clamp_min(1e-30)

@@ -36,6 +36,10 @@ class TreeBackend(Protocol):
 
     def encode(self, text: str, *, add_bos: bool) -> list[int]: ...
 
+    def encode_batch(self, texts: Sequence[str], *, add_bos: bool) -> list[list[int]]:
+        """``[encode(t) for t in texts]``, in one call where the tokenizer can batch."""
+        ...
+
     def decode(self, tokens: Sequence[int]) -> str: ...
 
     def materialize(self, nodes: Sequence[Node]) -> None:
