@@ -73,50 +73,6 @@ def test_rope_store_rotates_and_writes_only_real_slots(
     assert torch.equal(mine[1], caches[1])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("h_q,h_kv,d,k_dim", [(4, 2, 32, 72), (6, 1, 64, 300), (3, 3, 16, 40)])
-@pytest.mark.parametrize("rows", [1, 6, 29])
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_qkv_rope_store_is_the_projection_then_rope_store(
-    dtype: torch.dtype, h_q: int, h_kv: int, d: int, k_dim: int, rows: int, with_bias: bool
-) -> None:
-    g = torch.Generator().manual_seed(rows + d)
-    n = (h_q + 2 * h_kv) * d
-    h = torch.randn(rows, k_dim, generator=g).to(DEV, dtype)
-    weight = (torch.randn(n, k_dim, generator=g) / k_dim**0.5).to(DEV, dtype)
-    bias = torch.randn(n, generator=g).to(DEV, dtype) if with_bias else None
-    positions = torch.randint(0, 20000, (rows,), generator=g).to(DEV)
-    inv_freq = (1.0 / 500000.0 ** (torch.arange(0, d, 2).float() / d)).to(DEV)
-    slots = torch.randperm(8 * 8, generator=g)[:rows].to(DEV)
-    slots[rows // 2] = -1  # a row that only recomputes its output
-    caches = [torch.randn(8, 8, h_kv, d, generator=g).to(DEV, dtype) for _ in range(2)]
-    mine = [c.clone() for c in caches]
-    got = fused.qkv_rope_store(h, weight, bias, positions, inv_freq, mine[0], mine[1], slots, h_q)
-    qkv = h.float() @ weight.float().T + (bias.float() if with_bias else 0)
-    q, k, v = (x.reshape(rows, -1, d) for x in qkv.to(dtype).split([h_q * d, h_kv * d, h_kv * d], dim=-1))
-    want = reference.rope_store_reference(q, k, v, positions, inv_freq, caches[0], caches[1], slots)
-    # Sums over k_dim products in another order: float32 results may differ by more than two
-    # units (the 16-bit ones round both to the same value or to neighbours).
-    slack = k_dim * torch.finfo(torch.float32).eps * 4
-    for a, b in ((got, want), (mine[0], caches[0]), (mine[1], caches[1])):
-        tol = (2 * torch.finfo(dtype).eps + slack) * max(1.0, b.float().abs().max().item())
-        assert (a.float() - b.float()).abs().max().item() <= tol
-    untouched = torch.ones(8 * 8, dtype=torch.bool, device=DEV)
-    untouched[slots[slots >= 0]] = False
-    for m, c in zip(mine, caches):
-        assert torch.equal(m.view(64, -1)[untouched], c.view(64, -1)[untouched])
-
-
-def test_qkv_rope_store_names_what_it_cannot_take() -> None:
-    h = torch.zeros(fused.QKV_ROPE_ROWS + 1, 32, device=DEV)
-    cache = torch.zeros(2, 8, 1, 16, device=DEV)
-    args = (torch.zeros(len(h), device=DEV, dtype=torch.long), torch.ones(8, device=DEV), cache, cache.clone())
-    with pytest.raises(ValueError, match="at most"):
-        fused.qkv_rope_store(h, torch.zeros(4 * 16, 32, device=DEV), None, *args, torch.zeros(len(h), device=DEV, dtype=torch.long), 2)
-    with pytest.raises(ValueError, match="disagree"):
-        fused.qkv_rope_store(h[:2], torch.zeros(5 * 16, 32, device=DEV), None, *args, torch.zeros(2, device=DEV, dtype=torch.long), 2)
-
-
 @pytest.mark.parametrize("vocab", [3001, 40001])  # one part per row; ten parts of 4,096 ids
 def test_gumbel_sample_matches_reference(vocab: int) -> None:
     g = torch.Generator().manual_seed(0)

@@ -41,12 +41,10 @@ def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTr
     return tree, [n.tokens for n in nodes], [n.metadata["token_logprobs"] for n in nodes]
 
 
-@pytest.fixture(scope="module", params=["qwen3", "llama"] if CUDA else ["llama"])
-def model_dir(request, tmp_path_factory):
-    # One layer on CPU: the interpreter runs every kernel program in Python. On CUDA, a Qwen3
-    # (q/k norms: rotary apart from the projection) and a Llama (the projection's epilogue
-    # rotates and stores: fused.qkv_rope_store).
-    return make_model(tmp_path_factory.mktemp("fast"), request.param, num_hidden_layers=2 if CUDA else 1)
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    # One layer on CPU: the interpreter runs every kernel program in Python.
+    return make_model(tmp_path_factory.mktemp("fast"), "qwen3" if CUDA else "llama", num_hidden_layers=2 if CUDA else 1)
 
 
 @pytest.mark.parametrize(
@@ -88,13 +86,11 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
     real = workplan._short_launches
     monkeypatch.setattr(workplan, "_short_launches", spy)
     greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
-    prompt = [3 + i % 250 for i in range(100)]
-    children = [[5 + 11 * i + j for j in range(9)] for i in range(5)]
     runs = []
     for fast, works in ((True, (WorkConfig(), WorkConfig(fold_launches=False))), (False, (WorkConfig(),))):
         lm = _lm(model_dir, fast=fast)
-        tree = ThoughtTree(lm, prompt=prompt, seed=0)
-        kids = [tree.add_child(tree.root, c, f"child {i}") for i, c in enumerate(children)]
+        tree = ThoughtTree(lm, prompt=[3 + i % 250 for i in range(100)], seed=0)
+        kids = [tree.add_child(tree.root, [5 + 11 * i + j for j in range(9)], f"child {i}") for i in range(5)]
         for work in works:
             lm.engine.decode_work_config = work
             folds.clear()
@@ -105,15 +101,7 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
             runs.append([k.tokens for k in more])
             for k in more:
                 tree.prune(k)
-    assert runs[0] == runs[1]
-    # The general steps ran the reference layer pieces (lm). A fused q/k/v projection sums in
-    # another order than the reference's GEMM, so a near-tie may go the other way: each token of
-    # the fixed-buffer steps is the general path's top or within noise of it.
-    paths = [prompt + c for c in children for _ in range(2)]
-    seqs = [p + toks[:j] for p, toks in zip(paths, runs[0]) for j in range(len(toks))]
-    logits = lm.tree_logits(seqs)
-    chosen = logits.gather(1, torch.tensor([t for toks in runs[0] for t in toks], device=logits.device)[:, None])[:, 0]
-    assert (logits.max(-1).values - chosen).max().item() < 0.25
+    assert runs[0] == runs[1] == runs[2]
 
 
 def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) -> None:

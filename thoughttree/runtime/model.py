@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.fused import QKV_ROPE_ROWS, add_rms_norm, qkv_rope_store, rope_store, silu_mul
+from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
     rms_norm_reference,
@@ -78,11 +78,6 @@ class Transformer:
         # path. The CPU path runs the PyTorch references (tests switch this on under the
         # Triton interpreter).
         self.fused = device.type == "cuda"
-        # Up to this many rows, the fused path's q/k/v projection carries rotary and the KV store
-        # in its epilogue (one launch instead of a GEMM, its split-K reduce and rope_store).
-        fusable = cfg.head_dim % 16 == 0 and not cfg.qk_norm  # q/k norms sit between projection and rotary
-        fusable = fusable and all(weights[f"layers.{i}.qkv"].is_contiguous() for i in range(cfg.num_layers))
-        self.qkv_rope_rows = QKV_ROPE_ROWS if fusable else 0
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -102,27 +97,22 @@ class Transformer:
         if not self.fused:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
             write = kv.write_slots[: kv.num_write]
-        fuse_qkv = self.fused and len(ids) <= self.qkv_rope_rows
         x, residual = F.embedding(ids, w["embed"]), None
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
             h, residual = add_norm(x, residual, w[p + "ln1"], eps)
+            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+            q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
+            if cfg.qk_norm:
+                q = rms_norm_reference(q, w[p + "q_norm"], eps)
+                k = rms_norm_reference(k, w[p + "k_norm"], eps)
             k_cache, v_cache = kv.caches(i)
-            if fuse_qkv:
-                q = qkv_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq,
-                                   k_cache, v_cache, kv.write_slots, hq)
+            if self.fused:
+                q = rope_store(q, k, v, positions, self.inv_freq, k_cache, v_cache, kv.write_slots)
             else:
-                qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
-                q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-                q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
-                if cfg.qk_norm:
-                    q = rms_norm_reference(q, w[p + "q_norm"], eps)
-                    k = rms_norm_reference(k, w[p + "k_norm"], eps)
-                if self.fused:
-                    q = rope_store(q, k, v, positions, self.inv_freq, k_cache, v_cache, kv.write_slots)
-                else:
-                    q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
-                    store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
+                q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
+                store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
             x = self.reduce(F.linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
