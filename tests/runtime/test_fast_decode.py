@@ -307,6 +307,36 @@ def test_larger_buffers_recapture_without_an_eager_warm_up(model_dir, monkeypatc
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) -> None:
+    """Only the first decode capture of a layout warms up; a batch of another row bucket is
+    captured straight away and decodes as eager steps do."""
+    greedy = Sampling(max_tokens=5, temperature=0, ignore_eos=True)
+    real = DecodeArena._capture
+    warm_ups: list[tuple[int, bool]] = []
+
+    def capture(self: DecodeArena, forward, warm_up: bool):
+        warm_ups.append((len(self.graphs), warm_up))
+        return real(self, forward, warm_up)
+
+    monkeypatch.setattr(DecodeArena, "_capture", capture)
+    runs = []
+    for graphs in (True, False):
+        lm = _lm(model_dir, fast=True, graphs=graphs)
+        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree.materialize()
+        lm.engine.arena_for(Capacity(64, 4096, (64, 64, 64), 4096, 64), lm.engine.arena.shapes)  # room for both batches
+        warm_ups.clear()
+        kids = [tree.expand([tree.root], n=n, sampling=greedy)[0] for n in (2, 7)]
+        lm.check_integrity(tree)
+        runs.append([k.tokens for ks in kids for k in ks])
+        if graphs:
+            decode = [w for held, w in warm_ups]
+            assert len(lm.engine.arena.graphs) == 2 and decode.count(True) <= 1 and decode.count(False) >= 1
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_capture_survives_the_cycle_collector_freeing_a_dropped_lm(model_dir, monkeypatch) -> None:
     """A dropped LM that only a reference cycle keeps holds captured graphs. The cycle collector
     may run at any allocation, but never while another LM captures: it would destroy those

@@ -14,8 +14,8 @@ tree grow without being captured again. Padding rows write their keys and values
 scratch slot and are never read. The same buffers run a general forward of a few rows (a
 prefill of value prompts, ``tree_logits``): its work loaded like a decode run's without tails,
 the logits of chosen rows out, a graph per bucket of rows and of those rows. An engine replaces
-its arena with a larger one when a run needs more room (every graph is captured again then);
-a bucket whose kernels ran before is captured without the eager warm-up.
+its arena with a larger one when a run needs more room (every graph is captured again then).
+Only the first capture of each kind, per layout of tile classes, runs an eager warm-up first.
 """
 
 from __future__ import annotations
@@ -104,8 +104,11 @@ class DecodeArena:
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
         self.launch = config.launch  # the launch settings its graphs were captured with
         self.use_graphs, self.max_graph_rows = graphs, max_graph_rows
-        # Captures whose kernels have run before, in this arena or an earlier one of the same
-        # shapes, launch settings and tile classes: their recapture needs no eager warm-up.
+        # Kinds of capture (decode steps or general forwards) whose kernels have run before, in
+        # this arena or an earlier one of the same shapes, launch settings and tile classes: a
+        # capture of another row bucket, or a recapture, needs no eager warm-up. The first one
+        # warms up cuBLAS and loads the kernels; later buckets may load a kernel variant inside
+        # the capture (CUDA 12.3 on allows it) instead of paying an eager step each.
         self.warmed = warmed if warmed is not None else set()
         self._layout = (shapes, tuple(sorted(config.launch.items())), tuple(n > 0 for n in cap.items))
         # The arena's graphs share one memory pool, which lives as long as they do.
@@ -252,7 +255,7 @@ class DecodeArena:
         if not self.replayed:
             return forward()
         if key not in graphs:
-            warm = (graphs is self.graphs, key, self._layout)
+            warm = (graphs is self.graphs, self._layout)
             graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
             self.warmed.add(warm)
         graph, out = graphs[key]
