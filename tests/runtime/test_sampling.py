@@ -167,9 +167,9 @@ def test_a_prompt_asked_several_times_is_tokenized_once_and_sampled_per_seed(lm,
     sp = Sampling(max_tokens=6, temperature=1.0, ignore_eos=True)
     alone = [lm.complete([p], sp, [s])[0].tokens for p, s in (("4 5 6", 1), ("4 5 6", 2), ("1 2", 3))]
     calls = []
-    encode = lm.encode
-    monkeypatch.setattr(lm, "encode", lambda text, **kw: calls.append(text) or encode(text, **kw))
+    encode_batch = lm.encode_batch
+    monkeypatch.setattr(lm, "encode_batch", lambda texts, **kw: calls.append(list(texts)) or encode_batch(texts, **kw))
     together = lm.complete(["4 5 6", "4 5 6", "1 2"], sp, [1, 2, 3])
-    assert calls == ["4 5 6", "1 2"]
+    assert calls == [["4 5 6", "1 2"]]  # each distinct prompt once, in one call
     assert [g.tokens for g in together] == alone
     assert alone[0] != alone[1]  # the two samples of one prompt differ by their seeds

@@ -253,18 +253,10 @@ class LM:
         return self._scratch(items, sampling, seeds)
 
     def _encode_each(self, texts: Sequence[str | Sequence[int]], *, add_bos: bool) -> list[list[int]]:
-        """Each text's tokens (token sequences as given), a text repeated for several samples
-        encoded once."""
-        encoded: dict[str, list[int]] = {}
-        out = []
-        for t in texts:
-            if not isinstance(t, str):
-                out.append(list(t))
-                continue
-            if t not in encoded:
-                encoded[t] = self.encode(t, add_bos=add_bos)
-            out.append(list(encoded[t]))
-        return out
+        """Each text's tokens (token sequences as given), the distinct texts encoded in one call."""
+        unique = list(dict.fromkeys(t for t in texts if isinstance(t, str)))
+        encoded = dict(zip(unique, self.encode_batch(unique, add_bos=add_bos)))
+        return [list(encoded[t]) if isinstance(t, str) else list(t) for t in texts]
 
     def _scratch(self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
         tails: list[Segment] = []
