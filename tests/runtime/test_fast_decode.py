@@ -41,6 +41,19 @@ def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTr
     return tree, [n.tokens for n in nodes], [n.metadata["token_logprobs"] for n in nodes]
 
 
+def _spy_warm_ups(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each graph capture from now on ran an eager warm-up first, in order."""
+    real = DecodeArena._capture
+    warm_ups: list[bool] = []
+
+    def capture(self: DecodeArena, forward, warm_up: bool):
+        warm_ups.append(warm_up)
+        return real(self, forward, warm_up)
+
+    monkeypatch.setattr(DecodeArena, "_capture", capture)
+    return warm_ups
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     # One layer on CPU: the interpreter runs every kernel program in Python.
@@ -280,14 +293,7 @@ def test_larger_buffers_recapture_without_an_eager_warm_up(model_dir, monkeypatc
     """Buffers rebuilt larger capture each row bucket again; one whose kernels ran before (same
     tile classes and launch settings) skips the eager warm-up and still decodes as eager steps do."""
     greedy = Sampling(max_tokens=6, temperature=0, ignore_eos=True)
-    real = DecodeArena._capture
-    warm_ups: list[bool] = []
-
-    def capture(self: DecodeArena, forward, warm_up: bool):
-        warm_ups.append(warm_up)
-        return real(self, forward, warm_up)
-
-    monkeypatch.setattr(DecodeArena, "_capture", capture)
+    warm_ups = _spy_warm_ups(monkeypatch)
     runs = []
     for graphs in (True, False):
         lm = _lm(model_dir, fast=True, graphs=graphs)
@@ -311,14 +317,7 @@ def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) 
     """Only the first decode capture of a layout warms up; a batch of another row bucket is
     captured straight away and decodes as eager steps do."""
     greedy = Sampling(max_tokens=5, temperature=0, ignore_eos=True)
-    real = DecodeArena._capture
-    warm_ups: list[tuple[int, bool]] = []
-
-    def capture(self: DecodeArena, forward, warm_up: bool):
-        warm_ups.append((len(self.graphs), warm_up))
-        return real(self, forward, warm_up)
-
-    monkeypatch.setattr(DecodeArena, "_capture", capture)
+    warm_ups = _spy_warm_ups(monkeypatch)
     runs = []
     for graphs in (True, False):
         lm = _lm(model_dir, fast=True, graphs=graphs)
@@ -330,8 +329,7 @@ def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) 
         lm.check_integrity(tree)
         runs.append([k.tokens for ks in kids for k in ks])
         if graphs:
-            decode = [w for held, w in warm_ups]
-            assert len(lm.engine.arena.graphs) == 2 and decode.count(True) <= 1 and decode.count(False) >= 1
+            assert len(lm.engine.arena.graphs) == 2 and warm_ups.count(True) <= 1 and warm_ups.count(False) >= 1
     assert runs[0] == runs[1]
 
 
