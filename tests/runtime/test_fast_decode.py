@@ -15,6 +15,7 @@ import torch
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig, workplan
+from thoughttree.kernels import linear as few_rows
 from thoughttree.runtime.engine import DecodeRequest
 from thoughttree.runtime.graphs import Capacity, DecodeArena
 from thoughttree.runtime.kv_pool import KVPoolExhausted
@@ -52,6 +53,21 @@ def _spy_warm_ups(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(DecodeArena, "_capture", capture)
     return warm_ups
+
+
+def _spy_few_row_projections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Let the tiny model's projections take the few-row kernel (its weights are too narrow to
+    by default); returns the rows of each kernel call from now on."""
+    monkeypatch.setattr(few_rows, "MIN_PROGRAMS", 1)
+    real = few_rows.few_rows_linear
+    calls: list[int] = []
+
+    def spy(x, *args):
+        calls.append(x.shape[0])
+        return real(x, *args)
+
+    monkeypatch.setattr(few_rows, "few_rows_linear", spy)
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -372,9 +388,11 @@ def test_capture_survives_the_cycle_collector_freeing_a_dropped_lm(model_dir, mo
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_graphed_greedy_decoding_matches_transformers(model_dir) -> None:
+@pytest.mark.parametrize("kernel", [False, True], ids=["cublas", "few-row-projections"])
+def test_graphed_greedy_decoding_matches_transformers(model_dir, monkeypatch, kernel: bool) -> None:
     import transformers
 
+    calls = _spy_few_row_projections(monkeypatch) if kernel else []
     ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
     lm = _lm(model_dir, fast=True)
     tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
@@ -388,6 +406,18 @@ def test_graphed_greedy_decoding_matches_transformers(model_dir) -> None:
         chosen = logits.gather(1, torch.tensor(leaf.tokens, device="cuda")[:, None])[:, 0]
         # Each greedy bf16 choice is transformers' fp32 top token or within bf16 noise of it.
         assert (logits.max(-1).values - chosen).max().item() < 0.25
+    assert bool(calls) == kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_few_row_projections_in_graphs_equal_them_eagerly(model_dir, monkeypatch) -> None:
+    calls = _spy_few_row_projections(monkeypatch)
+    greedy = Sampling(max_tokens=12, temperature=0, ignore_eos=True)
+    sampled = Sampling(max_tokens=8, temperature=0.8, ignore_eos=True)
+    runs = [_grow(_lm(model_dir, fast=True, graphs=graphs), greedy, sampled)[1:] for graphs in (True, False)]
+    assert runs[0] == runs[1]
+    assert len(calls) > 0
 
 
 def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> None:

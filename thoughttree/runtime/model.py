@@ -6,12 +6,14 @@ attention is delegated per layer to a callback that reads and writes the tree KV
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from ..kernels import linear as few_rows
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -78,6 +80,9 @@ class Transformer:
         # path. The CPU path runs the PyTorch references (tests switch this on under the
         # Triton interpreter).
         self.fused = device.type == "cuda"
+        # With ``fused``: projections of up to this many rows (a decode step's) run the few-row
+        # kernel where it fits the weight (kernels/linear.py); 0 leaves every one to cuBLAS.
+        self.few_rows = few_rows.MAX_ROWS
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -88,6 +93,11 @@ class Transformer:
     def dtype(self) -> torch.dtype:
         return self.w["embed"].dtype
 
+    def _linear(self) -> Callable[..., torch.Tensor]:
+        if not self.fused or self.few_rows <= 0:
+            return F.linear
+        return functools.partial(few_rows.linear, max_rows=self.few_rows)
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StepKV) -> torch.Tensor:
         """ids, positions: [T] on device. Returns the final-normed hidden states [T, hidden]."""
@@ -97,11 +107,12 @@ class Transformer:
         if not self.fused:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
             write = kv.write_slots[: kv.num_write]
+        linear = self._linear()
         x, residual = F.embedding(ids, w["embed"]), None
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
             h, residual = add_norm(x, residual, w[p + "ln1"], eps)
-            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
             if cfg.qk_norm:
@@ -114,15 +125,15 @@ class Transformer:
                 q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
                 store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
-            x = self.reduce(F.linear(o, w[p + "o"], w.get(p + "o_bias")))
+            x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
-            gate_up = F.linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
+            gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
             act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
-            x = self.reduce(F.linear(act, w[p + "down"], w.get(p + "down_bias")))
+            x = self.reduce(linear(act, w[p + "down"], w.get(p + "down_bias")))
         return add_norm(x, residual, w["norm"], eps)[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
         """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype)."""
-        out = self.gather(F.linear(hidden, self.w["lm_head"]))
+        out = self.gather(self._linear()(hidden, self.w["lm_head"]))
         return out.float() if upcast else out

@@ -1,0 +1,101 @@
+"""The few-row projection against its reference, and where ``linear`` takes it.
+
+On CPU the kernel runs in the Triton interpreter (float16 and float32); the ``gpu`` tests repeat
+it in bfloat16 on CUDA, at Llama-3-8B's projection shapes too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from thoughttree.kernels import linear as few
+from thoughttree.kernels.reference import linear_reference
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
+pytestmark = [pytest.mark.gpu] if DEV == "cuda" else []
+# Small tiles, so that the interpreter's shapes still take several programs and K steps.
+SMALL = [few.Tiling(block_n=32, block_k=64, stages=2, swap=False), few.Tiling(block_n=64, block_k=32, stages=2, swap=True)]
+
+
+def _inputs(t: int, n_in: int, n_out: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, n_in, generator=g).to(DEV, dtype)
+    w = (torch.randn(n_out, n_in, generator=g) / n_in**0.5).to(DEV, dtype)
+    b = torch.randn(n_out, generator=g).to(DEV, dtype)
+    return x, w, b
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    # Float32 sums of K products in different orders (each within K roundings of float32 of the
+    # sum of magnitudes), then one rounding each to the output dtype: two units at its scale.
+    sums = (x.float().abs() @ w.float().abs().T).max().item()
+    tol = 2 * torch.finfo(b.dtype).eps * max(1.0, b.float().abs().max().item()) + x.shape[1] * 2**-24 * sums
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert (a.float() - b.float()).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", SMALL, ids=["narrow", "swapped"])
+@pytest.mark.parametrize("t,n_in,n_out", [(1, 64, 32), (5, 96, 40), (16, 300, 130), (32, 128, 64), (64, 40, 72)])
+def test_few_rows_linear_matches_reference(dtype, tile, t, n_in, n_out) -> None:
+    x, w, b = _inputs(t, n_in, n_out, dtype, t + n_in)
+    _close(few.few_rows_linear(x, w, None, tile), linear_reference(x, w), x, w)
+    _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)
+
+
+def test_rows_of_a_wider_tensor_and_no_rows() -> None:
+    x, w, _ = _inputs(6, 96, 40, torch.float32, 0)
+    wide = torch.zeros(6, 200, device=DEV)
+    wide[:, 50:146] = x
+    _close(few.few_rows_linear(wide[:, 50:146], w, None, SMALL[0]), linear_reference(x, w), x, w)
+    assert few.few_rows_linear(x[:0], w, None, SMALL[0]).shape == (0, 40)
+
+
+def test_bad_inputs_name_the_problem() -> None:
+    x, w, b = _inputs(4, 96, 40, torch.float32, 1)
+    with pytest.raises(ValueError, match="agree on K and N"):
+        few.few_rows_linear(x[:, :64], w)
+    with pytest.raises(ValueError, match="agree on K and N"):
+        few.few_rows_linear(x, w, b[:8])
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        few.few_rows_linear(torch.zeros(65, 96, device=DEV), w)
+    with pytest.raises(ValueError, match="unit stride"):
+        few.few_rows_linear(x.T.contiguous().T, w)
+
+
+def test_tiling_by_weight_width() -> None:
+    assert few.tiling(128256) == few.tiling(6144) == few.WIDE  # LM head, q/k/v of Llama-3-8B
+    assert few.tiling(4096) == few.NARROW  # its attention output and MLP down
+    assert few.tiling(3072) == few.NARROW and few.tiling(3040) is None
+    assert few.tiling(256) is None  # a small model's: cuBLAS
+
+
+def test_linear_takes_the_kernel_only_for_few_rows_of_wide_weights(monkeypatch) -> None:
+    calls = []
+    real = few.few_rows_linear
+    monkeypatch.setattr(few, "few_rows_linear", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(few, "MIN_PROGRAMS", 2)  # interpreter-sized weights count as wide
+    x, w, b = _inputs(40, 96, 128, torch.float32, 2)
+    _close(few.linear(x[:8], w, b), linear_reference(x[:8], w, b), x, w)
+    assert calls == [few.WIDE]
+    assert torch.equal(few.linear(x, w, b), F.linear(x, w, b))  # more than MAX_ROWS rows
+    assert torch.equal(few.linear(x[:8], w, b, max_rows=4), F.linear(x[:8], w, b))
+    assert torch.equal(few.linear(x[:8], w[:32]), F.linear(x[:8], w[:32]))  # 32 outputs: one program, too few
+    assert torch.equal(few.linear(x[:8, ::2], w[:, :48]), F.linear(x[:8, ::2], w[:, :48]))  # strided rows
+    assert len(calls) == 1
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="Llama-3-8B shapes in bfloat16 need the GPU")
+@pytest.mark.parametrize("t", [1, 8, 17, 32, 64])
+@pytest.mark.parametrize("n_out,n_in", [(6144, 4096), (4096, 4096), (4096, 14336), (28672, 4096)])
+def test_llama_shapes_in_bfloat16(t: int, n_out: int, n_in: int) -> None:
+    x, w, b = _inputs(t, n_in, n_out, torch.bfloat16, t)
+    tile = few.tiling(n_out)
+    assert tile is not None
+    got = few.few_rows_linear(x, w, None, tile)
+    _close(got, linear_reference(x, w), x, w)
+    _close(got, F.linear(x, w), x, w)
+    _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)

@@ -1,0 +1,133 @@
+"""Projections of a few token rows: one pass over the weight, one program per block of outputs.
+
+A decode step multiplies a handful of rows by every weight of the model, so each projection is a
+read of its weight and little else. cuBLAS splits the short ones (an 8B model's attention output
+and q/k/v projections) over K and adds a reduction launch; on an H200 they read their weight at
+58-77% of the copy rate. Here each program streams the full K of ``block_n`` weight rows through a
+software pipeline and writes its outputs once (BENCHMARKS.md: "Few-row projections on Triton").
+Reference: ``linear_reference`` in :mod:`reference`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel
+MIN_PROGRAMS = 96  # fewest output blocks (programs) it needs: below, cuBLAS's split over K wins
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """One program's share: ``block_n`` weight rows, ``block_k`` of K per pipeline stage.
+
+    swap: the weight rows are the tensor-core product's M side and the token rows its N side
+    (wgmma needs 64 rows on M; a few token rows would be mostly padding there).
+    """
+
+    block_n: int
+    block_k: int
+    stages: int
+    swap: bool
+    warps: int = 4
+
+
+NARROW = Tiling(block_n=32, block_k=256, stages=5, swap=False)
+WIDE = Tiling(block_n=64, block_k=128, stages=4, swap=True)
+
+
+def tiling(n_out: int) -> Tiling | None:
+    """The tiling for a weight of ``n_out`` rows, None where too few programs fill the GPU.
+
+    Measured on an H200 with Llama-3-8B's projections at 8-32 rows: 64-row blocks for the wide
+    ones (q/k/v, gate/up, LM head), 32-row blocks where 64 would leave SMs idle (attention
+    output, MLP down).
+    """
+    if triton.cdiv(n_out, WIDE.block_n) >= MIN_PROGRAMS:
+        return WIDE
+    if triton.cdiv(n_out, NARROW.block_n) >= MIN_PROGRAMS:
+        return NARROW
+    return None
+
+
+@functools.cache
+def _shared_memory(index: int) -> int:
+    """Bytes of shared memory one program may take on CUDA device ``index``."""
+    return getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", 232448)
+
+
+def _stages(tile: Tiling, block_m: int, x: torch.Tensor) -> int:
+    """The tile's pipeline depth, cut to what the device's shared memory holds for ``block_m``
+    rows (64 KiB kept for the rest of the program: layout changes, the epilogue)."""
+    if x.device.type != "cuda":
+        return tile.stages
+    stage = (block_m + tile.block_n) * tile.block_k * x.element_size()
+    return max(1, min(tile.stages, (_shared_memory(x.device.index or 0) - (64 << 10)) // stage))
+
+
+@triton.jit(do_not_specialize=["t"])
+def _few_rows_kernel(
+    X, W, B, OUT, t, n_in, n_out, stride_x, stride_w, stride_o,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+):
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < t
+    n_ok = offs_n < n_out
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in tl.range(0, n_in, BLOCK_K, num_stages=STAGES):
+        k = k0 + offs_k
+        k_ok = k < n_in
+        w = tl.load(W + offs_n[:, None].to(tl.int64) * stride_w + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        x = tl.load(X + offs_m[:, None] * stride_x + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        if SWAP:
+            acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)
+        else:
+            acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+    if SWAP:
+        acc = tl.trans(acc)
+    if HAS_BIAS:
+        acc += tl.load(B + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW) -> torch.Tensor:
+    """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= 64.
+
+    x and weight need unit stride along K; the output has x's dtype.
+    """
+    t, n_in = x.shape
+    n_out = weight.shape[0]
+    if weight.shape[1] != n_in or (bias is not None and bias.shape != (n_out,)):
+        raise ValueError(f"few_rows_linear: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
+    if t > 64 or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"few_rows_linear takes at most 64 rows with unit stride along K; got x {tuple(x.shape)}")
+    out = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
+    if t:
+        block_m = max(16, triton.next_power_of_2(t))
+        _few_rows_kernel[(triton.cdiv(n_out, tile.block_n),)](
+            x, weight, bias if bias is not None else weight, out, t, n_in, n_out, x.stride(0), weight.stride(0), out.stride(0),
+            BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
+            SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps,
+            PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # float32 as torch's matmul: no TF32
+        )
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+    """``F.linear`` whose few-row calls (at most ``max_rows`` rows of a wide enough weight) take
+    :func:`few_rows_linear`."""
+    tile = tiling(weight.shape[0]) if x.dim() == 2 and 0 < x.shape[0] <= max_rows else None
+    if tile is None or x.stride(1) != 1 or weight.stride(1) != 1:
+        return F.linear(x, weight, bias)
+    return few_rows_linear(x, weight, bias, tile)
