@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--attention", default="deft")
     p.add_argument("--sweep", action="store_true", help="also time the step under other decode work sizings")
     p.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's preferred BLAS library for the projections (default: torch's)")
+    p.add_argument("--few-rows", type=int, help="row cap of the few-row projection kernel (0: cuBLAS for all; default: the model's)")
     args = p.parse_args()
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
@@ -74,6 +75,8 @@ def main() -> None:
     shape = SHAPES[args.shape]
     lm = random_lm(shape)
     lm.engine.attention = args.attention
+    if args.few_rows is not None:
+        lm.model.few_rows = args.few_rows
     tree = ThoughtTree(lm, prompt=[1] + [(17 * i + 5) % shape["vocab"] for i in range(args.prompt - 1)], seed=0)
     for _ in range(2):
         tree.expand([tree.root], n=args.branches, sampling=Sampling(max_tokens=16, ignore_eos=True))
