@@ -138,6 +138,7 @@ def main() -> None:
     p.add_argument("--answer", type=int, default=8, help="tokens of each sampled value answer (bfs)")
     p.add_argument("--device", default="cuda", help="cpu runs a quick check with a tiny --shape (no floor)")
     p.add_argument("--profile", action="store_true", help="print where each search's host and GPU time goes")
+    p.add_argument("--few-rows", type=int, help="row cap of the few-row projection kernel (0: cuBLAS for all; default: the model's)")
     args = p.parse_args()
     names = [n for n in args.searches.split(",") if n]
     for n in names:
@@ -152,6 +153,8 @@ def main() -> None:
     if measured:
         console.print(f"copy bandwidth {measured[0] / 1e12:.2f} TB/s, bf16 matmul {measured[1] / 1e12:.0f} TFLOP/s")
     lm = random_lm(shape, args.device, kv_bytes=(24 << 30) if cuda else (256 << 20))
+    if args.few_rows is not None:
+        lm.model.few_rows = args.few_rows
     thought = Sampling(max_tokens=args.thought, temperature=1.0, ignore_eos=True)
     cfg = SyntheticConfig(prompt=args.prompt, suffix=args.suffix, answer=args.answer, sampling=thought)
     table = Table(title=f"whole searches, Llama shape {args.shape}, bf16, random weights: prompt {args.prompt}, "
