@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels import linear as few_rows
+from ..kernels.linear import MAX_ROWS, linear as few_row_linear
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -82,7 +82,7 @@ class Transformer:
         self.fused = device.type == "cuda"
         # With ``fused``: projections of up to this many rows (a decode step's) run the few-row
         # kernel where it fits the weight (kernels/linear.py); 0 leaves every one to cuBLAS.
-        self.few_rows = few_rows.MAX_ROWS
+        self.few_rows = MAX_ROWS
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -96,7 +96,7 @@ class Transformer:
     def _linear(self) -> Callable[..., torch.Tensor]:
         if not self.fused or self.few_rows <= 0:
             return F.linear
-        return functools.partial(few_rows.linear, max_rows=self.few_rows)
+        return functools.partial(few_row_linear, max_rows=self.few_rows)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StepKV) -> torch.Tensor:
