@@ -1,9 +1,9 @@
 """Projections of a few token rows: one pass over the weight, one program per block of outputs.
 
 A decode step multiplies a handful of rows by every weight of the model, so each projection is a
-read of its weight and little else. cuBLAS splits the short ones (an 8B model's attention output
-and q/k/v projections) over K and adds a reduction launch; on an H200 they read their weight at
-58-77% of the copy rate. Here each program streams the full K of ``block_n`` weight rows through a
+read of its weight and little else. On an H200, cuBLAS reads an 8B model's short projections
+(q/k/v, attention output) at 58-78% of the copy rate, and splits the attention output and MLP down
+over K with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through a
 software pipeline and writes its outputs once: decode steps of 8-32 rows took 3-7% less time
 than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton").
 Reference: ``linear_reference`` in :mod:`reference`.
