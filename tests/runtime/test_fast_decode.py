@@ -56,8 +56,8 @@ def _spy_warm_ups(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def _spy_few_row_projections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Let the tiny model's projections take the few-row kernel (its weights are too narrow to
-    by default); returns the rows of each kernel call from now on."""
+    """Let the tiny model's projections take the few-row kernel (by default its weights are too
+    narrow for it); returns the rows of each kernel call from now on."""
     monkeypatch.setattr(few_rows, "MIN_PROGRAMS", 1)
     real = few_rows.few_rows_linear
     calls: list[int] = []
