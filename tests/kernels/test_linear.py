@@ -83,6 +83,7 @@ def test_linear_takes_the_kernel_only_for_few_rows_of_wide_weights(monkeypatch) 
     assert calls == [few.WIDE]
     assert torch.equal(few.linear(x, w, b), F.linear(x, w, b))  # more than MAX_ROWS rows
     assert torch.equal(few.linear(x[:8], w, b, max_rows=4), F.linear(x[:8], w, b))
+    assert torch.equal(few.linear(x[:8].repeat(9, 1), w, b, max_rows=100), F.linear(x[:8].repeat(9, 1), w, b))  # past ROW_LIMIT
     assert torch.equal(few.linear(x[:8], w[:32]), F.linear(x[:8], w[:32]))  # 32 outputs: one program, too few
     assert torch.equal(few.linear(x[:8, ::2], w[:, :48]), F.linear(x[:8, ::2], w[:, :48]))  # strided rows
     assert len(calls) == 1

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel
+MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
+ROW_LIMIT = 64  # the most rows the kernel takes at all
 # Fewest output blocks (programs) it takes: one program per block cannot fill an H200's 132 SMs
 # with fewer, where cuBLAS splits K. Measured on weights of 96 to 2004 blocks; narrower ones (a
 # small model's) stay with cuBLAS.
@@ -106,7 +107,7 @@ def _few_rows_kernel(
 
 
 def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW) -> torch.Tensor:
-    """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= 64.
+    """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
 
     x and weight need unit stride along K; the output has x's dtype.
     """
@@ -114,8 +115,8 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     n_out = weight.shape[0]
     if weight.shape[1] != n_in or (bias is not None and bias.shape != (n_out,)):
         raise ValueError(f"few_rows_linear: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
-    if t > 64 or x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(f"few_rows_linear takes at most 64 rows with unit stride along K; got x {tuple(x.shape)}")
+    if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"few_rows_linear takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
     out = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
     if t:
         block_m = max(16, triton.next_power_of_2(t))
@@ -129,9 +130,9 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
-    """``F.linear`` whose few-row calls (at most ``max_rows`` rows of a wide enough weight) take
-    :func:`few_rows_linear`."""
-    tile = tiling(weight.shape[0]) if x.dim() == 2 and 0 < x.shape[0] <= max_rows else None
+    """``F.linear`` whose few-row calls (at most ``max_rows`` rows, and ROW_LIMIT, of a wide
+    enough weight) take :func:`few_rows_linear`."""
+    tile = tiling(weight.shape[0]) if x.dim() == 2 and 0 < x.shape[0] <= min(max_rows, ROW_LIMIT) else None
     if tile is None or x.stride(1) != 1 or weight.stride(1) != 1:
         return F.linear(x, weight, bias)
     return few_rows_linear(x, weight, bias, tile)
