@@ -25,8 +25,8 @@ from thoughttree import Sampling, ThoughtTree
 from thoughttree.kernels import linear as few_rows
 from thoughttree.kernels.reference import linear_reference
 
-from profile_step import random_lm
-from tree_decode import SHAPES, copy_bandwidth, step_bytes, step_gpu_seconds
+from profile_step import random_lm, step_us
+from tree_decode import SHAPES, copy_bandwidth, step_bytes
 
 L2_DEFEAT_BYTES = 1 << 30  # weight copies per graph: at least this much in all
 
@@ -115,8 +115,7 @@ def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list
             for cap in times:
                 lm.model.few_rows = cap
                 lm.engine.arena = None  # capture the steps again with this setting
-                tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=8, ignore_eos=True))
-                times[cap].append(step_gpu_seconds(lm, replays=20) * 1e6)
+                times[cap].append(step_us(lm, tree, branches))
         med = [statistics.median(t) for t in times.values()]
         floor = (weights + (prompt + branches * 8) * kv_token) / bandwidth * 1e6
         table.add_row(f"{prompt} × {branches}", f"{med[0]:.0f}", *(f"{m:.0f} ({m / med[0]:.3f})" for m in med[1:]), f"{floor:.0f}",
@@ -132,7 +131,7 @@ def main() -> None:
     p.add_argument("--rows", default="1,8,16,32,64", help="row counts of the projections alone")
     p.add_argument("--steps", default="2048x8,16384x16,4096x32,4096x64", help="prompt x branches of the decode steps ('' skips them)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-rows", default=str(few_rows.MAX_ROWS), help="row caps of the few-row kernel to try (comma-separated; the first also caps part one)")
+    p.add_argument("--max-rows", default=str(few_rows.MAX_ROWS), help="row caps of the few-row kernel to try (comma-separated; the largest also caps part one)")
     args = p.parse_args()
     console = Console(width=180)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
