@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from thoughttree.kernels import linear as few
-from thoughttree.kernels.reference import linear_reference
+from thoughttree.kernels.fused import silu_mul
+from thoughttree.kernels.reference import linear_reference, silu_mul_reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
@@ -44,6 +45,8 @@ def test_few_rows_linear_matches_reference(dtype, tile, t, n_in, n_out) -> None:
     x, w, b = _inputs(t, n_in, n_out, dtype, t + n_in)
     _close(few.few_rows_linear(x, w, None, tile), linear_reference(x, w), x, w)
     _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)
+    if n_out == 28672:  # gate and up
+        assert torch.equal(few.few_rows_linear(x, w, None, tile, gated=True), silu_mul(got))
 
 
 def test_rows_of_a_wider_tensor_and_no_rows() -> None:
@@ -89,6 +92,48 @@ def test_linear_takes_the_kernel_only_for_few_rows_of_wide_weights(monkeypatch) 
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", SMALL, ids=["narrow", "swapped"])
+@pytest.mark.parametrize("t,n_in,inter", [(1, 64, 16), (5, 96, 20), (16, 300, 65), (32, 128, 32), (64, 40, 36)])
+def test_gated_projection_is_silu_mul_of_the_projection(dtype, tile, t, n_in, inter) -> None:
+    x, w, b = _inputs(t, n_in, 2 * inter, dtype, t + inter)
+    for bias in (None, b):
+        got = few.few_rows_linear(x, w, bias, tile, gated=True)
+        assert got.shape == (t, inter) and got.dtype == dtype
+        # The same products, rounded as the projection's output, then silu_mul's own steps.
+        assert torch.equal(got, silu_mul(few.few_rows_linear(x, w, bias, tile)))
+        # Against float32 references: the projections within _close's bound e, silu's slope
+        # below 1.1, then three roundings at the output's scale.
+        gate, up = linear_reference(x.float(), w.float(), None if bias is None else bias.float()).chunk(2, dim=-1)
+        ref = silu_mul_reference(torch.cat([gate, up], dim=-1))
+        sums = (x.float().abs() @ w.float().abs().T).max().item()
+        e = 2 * torch.finfo(dtype).eps * max(1.0, gate.abs().max().item(), up.abs().max().item()) + n_in * 2**-24 * sums
+        tol = e * (1.1 * up.abs().max().item() + F.silu(gate).abs().max().item() + e) + 3 * torch.finfo(dtype).eps * max(1.0, ref.abs().max().item())
+        assert (got.float() - ref).abs().max().item() <= tol
+
+
+def test_gated_projection_needs_pairs_of_rows() -> None:
+    x, w, _ = _inputs(4, 96, 41, torch.float32, 3)
+    with pytest.raises(ValueError, match="even count"):
+        few.few_rows_linear(x, w, None, SMALL[1], gated=True)
+    with pytest.raises(ValueError, match="silu_mul needs"):
+        few.linear_silu_mul(x, w)
+
+
+def test_linear_silu_mul_takes_the_kernel_where_linear_does(monkeypatch) -> None:
+    calls = []
+    real = few.few_rows_linear
+    monkeypatch.setattr(few, "few_rows_linear", lambda *a, **k: calls.append((a[3], k)) or real(*a, **k))
+    monkeypatch.setattr(few, "MIN_PROGRAMS", 2)
+    x, w, b = _inputs(40, 96, 128, torch.float32, 4)
+    assert torch.equal(few.linear_silu_mul(x[:8], w, b), silu_mul(few.linear(x[:8], w, b)))
+    assert calls == [(few.WIDE, {"gated": True}), (few.WIDE, {})]
+    calls.clear()
+    for args in ((x, w, b), (x[:8], w, b, 4), (x[:8], w[:32]), (x[:8, ::2], w[:, :48])):  # rows, cap, width, stride
+        assert torch.equal(few.linear_silu_mul(*args), silu_mul(F.linear(*args[:3])))
+    assert calls == []
+
+
 @pytest.mark.skipif(DEV != "cuda", reason="Llama-3-8B shapes in bfloat16 need the GPU")
 @pytest.mark.parametrize("t", [1, 8, 17, 32, 64])
 @pytest.mark.parametrize("n_out,n_in", [(6144, 4096), (4096, 4096), (4096, 14336), (28672, 4096)])
@@ -100,3 +145,5 @@ def test_llama_shapes_in_bfloat16(t: int, n_out: int, n_in: int) -> None:
     _close(got, linear_reference(x, w), x, w)
     _close(got, F.linear(x, w), x, w)
     _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)
+    if n_out == 28672:  # gate and up
+        assert torch.equal(few.few_rows_linear(x, w, None, tile, gated=True), silu_mul(got))

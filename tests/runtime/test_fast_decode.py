@@ -62,9 +62,9 @@ def _spy_few_row_projections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = few_rows.few_rows_linear
     calls: list[int] = []
 
-    def spy(x, *args):
+    def spy(x, *args, **kwargs):
         calls.append(x.shape[0])
-        return real(x, *args)
+        return real(x, *args, **kwargs)
 
     monkeypatch.setattr(few_rows, "few_rows_linear", spy)
     return calls

@@ -5,8 +5,11 @@ read of its weight and little else. On an H200, cuBLAS reads an 8B model's short
 (q/k/v, attention output) at 58-78% of the copy rate, and splits the attention output and MLP down
 over K with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through a
 software pipeline and writes its outputs once: decode steps of 8-32 rows took 3-7% less time
-than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton").
-Reference: ``linear_reference`` in :mod:`reference`.
+than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton"). The MLP's gate and up
+projections can share programs (``gated``): each program then holds matching gate and up outputs
+and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output
+(1.1-1.4% less per step at 8-32 rows).
+Reference: ``linear_reference`` in :mod:`reference` (then ``silu_mul_reference`` where gated).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from .fused import silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
 ROW_LIMIT = 64  # the most rows the kernel takes at all
@@ -75,17 +80,33 @@ def _stages(tile: Tiling, block_m: int, x: torch.Tensor) -> int:
     return max(1, min(tile.stages, (_shared_memory(x.device.index or 0) - (64 << 10)) // stage))
 
 
+@triton.jit
+def _silu_gate(g, u, DTYPE: tl.constexpr):
+    """silu(g) * u of the rounded projections g, u (float32 in): as :func:`fused.silu_mul`."""
+    g = g.to(DTYPE).to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(DTYPE).to(tl.float32)
+    return act * u.to(DTYPE).to(tl.float32)
+
+
 @triton.jit(do_not_specialize=["t"])
 def _few_rows_kernel(
     X, W, B, OUT, t, n_in, n_out, stride_x, stride_w, stride_o,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
 ):
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    r = tl.arange(0, BLOCK_N)
+    if GATED:
+        # n_out = 2I weight rows, gate then up: the program's BLOCK_N // 2 outputs take gate row j
+        # and up row I + j in turn, so each pair meets in one accumulator row pair.
+        col = tl.program_id(0) * (BLOCK_N // 2) + r // 2
+        n_ok = col < n_out // 2
+        offs_n = col + (r % 2) * (n_out // 2)
+    else:
+        offs_n = tl.program_id(0) * BLOCK_N + r
+        n_ok = offs_n < n_out
     offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < t
-    n_ok = offs_n < n_out
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -103,12 +124,24 @@ def _few_rows_kernel(
         acc = tl.trans(acc)
     if HAS_BIAS:
         acc += tl.load(B + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    if GATED:
+        g, u = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
+        cols = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        out = _silu_gate(g, u, OUT.dtype.element_ty)
+        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(OUT.dtype.element_ty),
+                 mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
+    else:
+        tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW) -> torch.Tensor:
+def few_rows_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
+) -> torch.Tensor:
     """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
 
+    gated: weight is [2I, K], gate rows then up rows; returns silu(gate) * up [T, I], each
+    projection rounded to x's dtype first and the silu too (``fused.silu_mul`` of the ungated
+    output, bit for bit).
     x and weight need unit stride along K; the output has x's dtype.
     """
     t, n_in = x.shape
@@ -117,22 +150,38 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         raise ValueError(f"few_rows_linear: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
     if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError(f"few_rows_linear takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
-    out = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
+    if gated and n_out % 2:
+        raise ValueError(f"a gated projection needs gate and up rows alike (an even count), got {n_out}")
+    out = torch.empty(t, n_out // 2 if gated else n_out, dtype=x.dtype, device=x.device)
     if t:
         block_m = max(16, triton.next_power_of_2(t))
-        _few_rows_kernel[(triton.cdiv(n_out, tile.block_n),)](
+        _few_rows_kernel[(triton.cdiv(out.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
             x, weight, bias if bias is not None else weight, out, t, n_in, n_out, x.stride(0), weight.stride(0), out.stride(0),
             BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-            SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps,
+            SWAP=tile.swap, HAS_BIAS=bias is not None, GATED=gated, num_warps=tile.warps,
             PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # float32 as torch's matmul: no TF32
         )
     return out
 
 
+def _tile(x: torch.Tensor, weight: torch.Tensor, max_rows: int) -> Tiling | None:
+    """The kernel's tiling for this call, None where it goes to cuBLAS."""
+    if x.dim() != 2 or not 0 < x.shape[0] <= min(max_rows, ROW_LIMIT) or x.stride(1) != 1 or weight.stride(1) != 1:
+        return None
+    return tiling(weight.shape[0])
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
     """``F.linear`` whose few-row calls (at most ``max_rows`` rows, and ROW_LIMIT, of a wide
     enough weight) take :func:`few_rows_linear`."""
-    tile = tiling(weight.shape[0]) if x.dim() == 2 and 0 < x.shape[0] <= min(max_rows, ROW_LIMIT) else None
-    if tile is None or x.stride(1) != 1 or weight.stride(1) != 1:
-        return F.linear(x, weight, bias)
-    return few_rows_linear(x, weight, bias, tile)
+    tile = _tile(x, weight, max_rows)
+    return F.linear(x, weight, bias) if tile is None else few_rows_linear(x, weight, bias, tile)
+
+
+def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+    """``silu_mul(F.linear(x, weight, bias))`` (weight [2I, K], gate rows then up rows -> [T, I]),
+    in one launch of the few-row kernel where :func:`linear` would take it."""
+    tile = _tile(x, weight, max_rows)
+    if tile is None or weight.shape[0] % 2:
+        return silu_mul(F.linear(x, weight, bias))
+    return few_rows_linear(x, weight, bias, tile, gated=True)

@@ -13,8 +13,8 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.linear import MAX_ROWS, linear as few_row_linear
-from ..kernels.fused import add_rms_norm, rope_store, silu_mul
+from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_silu_mul
+from ..kernels.fused import add_rms_norm, rope_store
 from ..kernels.reference import (
     add_rms_norm_reference,
     rms_norm_reference,
@@ -127,8 +127,10 @@ class Transformer:
             o = kv.attend(i, q).reshape(-1, hq * d)
             x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
-            gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
-            act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
+            if self.fused:
+                act = linear_silu_mul(h, w[p + "gate_up"], w.get(p + "gate_up_bias"), max(self.few_rows, 0))
+            else:
+                act = silu_mul_reference(linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias")))
             x = self.reduce(linear(act, w[p + "down"], w.get(p + "down_bias")))
         return add_norm(x, residual, w["norm"], eps)[0]
 
