@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from thoughttree.kernels import linear as few
-from thoughttree.kernels.fused import silu_mul
+from thoughttree.kernels.fused import rope_store, silu_mul
 from thoughttree.kernels.reference import linear_reference, silu_mul_reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -45,8 +45,6 @@ def test_few_rows_linear_matches_reference(dtype, tile, t, n_in, n_out) -> None:
     x, w, b = _inputs(t, n_in, n_out, dtype, t + n_in)
     _close(few.few_rows_linear(x, w, None, tile), linear_reference(x, w), x, w)
     _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)
-    if n_out == 28672:  # gate and up
-        assert torch.equal(few.few_rows_linear(x, w, None, tile, gated=True), silu_mul(got))
 
 
 def test_rows_of_a_wider_tensor_and_no_rows() -> None:
@@ -134,6 +132,87 @@ def test_linear_silu_mul_takes_the_kernel_where_linear_does(monkeypatch) -> None
     assert calls == []
 
 
+def _rope_inputs(t: int, hq: int, hkv: int, d: int, dtype: torch.dtype, seed: int):
+    """Positions, inv_freq, caches of 16-token pages holding noise, and distinct slots (the last
+    row's -1: it writes nothing)."""
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.randint(0, 5000, (t,), generator=g).to(DEV)
+    inv_freq = (1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)).to(DEV)
+    pages = -(-(t + 3) // 16) + 1
+    k_cache = torch.randn(pages, 16, hkv, d, generator=g).to(DEV, dtype)
+    slots = torch.randperm(pages * 16, generator=g)[:t].to(DEV)
+    slots[-1:] = -1
+    return positions, inv_freq, k_cache, torch.randn(k_cache.shape, generator=g).to(DEV, dtype), slots
+
+
+def _unfused_rope_store(x, w, bias, positions, inv_freq, k_cache, v_cache, slots, hq, hkv, tile):
+    d = w.shape[0] // (hq + 2 * hkv)
+    q, k, v = few.few_rows_linear(x, w, bias, tile).split([hq * d, hkv * d, hkv * d], dim=-1)
+    t = x.shape[0]
+    return rope_store(q.view(t, hq, d), k.view(t, hkv, d), v.view(t, hkv, d), positions, inv_freq, k_cache, v_cache, slots)
+
+
+def _same_rotation(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> None:
+    """q and both caches as the unfused projection + rope_store leave them: bit for bit under the
+    interpreter; on the GPU within one rounding step of the dtype (the compiled kernels may
+    round a product or an angle's cosine the other way)."""
+    for a, b in zip(got, want):
+        if DEV == "cpu":
+            assert torch.equal(a, b)
+        else:
+            tol = 2 * torch.finfo(a.dtype).eps * max(1.0, b.float().abs().max().item())
+            assert (a.float() - b.float()).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", SMALL, ids=["narrow", "swapped"])
+@pytest.mark.parametrize("t,n_in,hq,hkv", [(1, 48, 2, 1), (5, 96, 4, 2), (16, 130, 3, 3), (37, 64, 8, 2)])
+def test_rotary_projection_is_rope_store_of_the_projection(dtype, tile, t, n_in, hq, hkv) -> None:
+    d = 64
+    x, w, b = _inputs(t, n_in, (hq + 2 * hkv) * d, dtype, t + n_in)
+    for bias in (None, b):
+        positions, inv_freq, k_cache, v_cache, slots = _rope_inputs(t, hq, hkv, d, dtype, t)
+        k_want, v_want = k_cache.clone(), v_cache.clone()
+        want = _unfused_rope_store(x, w, bias, positions, inv_freq, k_want, v_want, slots, hq, hkv, tile)
+        got = few.few_rows_rope_store(x, w, bias, positions, inv_freq, k_cache, v_cache, slots, hq, hkv, tile)
+        assert got.shape == (t, hq, d) and got.dtype == dtype
+        _same_rotation((got, k_cache, v_cache), (want, k_want, v_want))
+        if t > 1:  # the rows of the slots written are new
+            assert not torch.equal(k_cache, _rope_inputs(t, hq, hkv, d, dtype, t)[2])
+
+
+def test_rotary_projection_bad_inputs_and_where_it_is_taken(monkeypatch) -> None:
+    hq, hkv, d = 4, 2, 64
+    x, w, b = _inputs(6, 96, (hq + 2 * hkv) * d, torch.float32, 5)
+    pos, inv, kc, vc, slots = _rope_inputs(6, hq, hkv, d, torch.float32, 5)
+    with pytest.raises(ValueError, match="are not 4 [+] 2 x 2 heads"):
+        few.few_rows_rope_store(x, w[:-2], None, pos, inv, kc, vc, slots, hq, hkv, SMALL[0])
+    with pytest.raises(ValueError, match="whole blocks of 32 rotary pairs"):
+        few.few_rows_rope_store(x, w[: 8 * 32], None, pos, inv[:16], kc[..., :32], vc[..., :32], slots, hq, hkv, SMALL[1])
+    with pytest.raises(ValueError, match="must fit 6 rows"):
+        few.few_rows_rope_store(x, w, None, pos[:5], inv, kc, vc, slots, hq, hkv, SMALL[0])
+    with pytest.raises(ValueError, match="agree on K and N"):
+        few.few_rows_rope_store(x, w, b[:8], pos, inv, kc, vc, slots, hq, hkv, SMALL[0])
+    calls = []
+    real = few.few_rows_rope_store
+    monkeypatch.setattr(few, "few_rows_rope_store", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(few, "MIN_PROGRAMS", 2)
+    # Taken; more rows than the cap; strided rows; a head dim of 32, whose halves hold no whole
+    # block of the 64-row tiling's 32 pairs (the few-row projection, then rope_store).
+    cases = [(x, w, 32, inv, kc, vc), (x, w, 4, inv, kc, vc), (x[:, ::2], w[:, :48], 32, inv, kc, vc),
+             (x, w[: 8 * 32], 32, inv[:16], kc[..., :32], vc[..., :32])]
+    for xs, ws, cap, inv_freq, k_cache, v_cache in cases:
+        got_k, got_v = k_cache.clone(), v_cache.clone()
+        got = few.linear_rope_store(xs, ws, None, pos, inv_freq, got_k, got_v, slots, hq, hkv, cap)
+        d2 = ws.shape[0] // (hq + 2 * hkv)
+        q, k, v = F.linear(xs, ws).split([hq * d2, hkv * d2, hkv * d2], dim=-1)
+        want_k, want_v = k_cache.clone(), v_cache.clone()
+        want = rope_store(q.view(6, hq, d2), k.view(6, hkv, d2), v.view(6, hkv, d2), pos, inv_freq, want_k, want_v, slots)
+        for a, b_ in ((got, want), (got_k, want_k), (got_v, want_v)):
+            _close(a.reshape(a.shape[0], -1), b_.reshape(b_.shape[0], -1), xs, ws)
+    assert calls == [few.WIDE]
+
+
 @pytest.mark.skipif(DEV != "cuda", reason="Llama-3-8B shapes in bfloat16 need the GPU")
 @pytest.mark.parametrize("t", [1, 8, 17, 32, 64])
 @pytest.mark.parametrize("n_out,n_in", [(6144, 4096), (4096, 4096), (4096, 14336), (28672, 4096)])
@@ -147,3 +226,9 @@ def test_llama_shapes_in_bfloat16(t: int, n_out: int, n_in: int) -> None:
     _close(few.few_rows_linear(x, w, b, tile), linear_reference(x, w, b), x, w)
     if n_out == 28672:  # gate and up
         assert torch.equal(few.few_rows_linear(x, w, None, tile, gated=True), silu_mul(got))
+    if n_out == 6144 and t <= 32:  # q/k/v of 32 + 2 x 8 heads of 128
+        positions, inv_freq, k_cache, v_cache, slots = _rope_inputs(t, 32, 8, 128, torch.bfloat16, t)
+        k_want, v_want = k_cache.clone(), v_cache.clone()
+        want = _unfused_rope_store(x, w, None, positions, inv_freq, k_want, v_want, slots, 32, 8, tile)
+        got = few.few_rows_rope_store(x, w, None, positions, inv_freq, k_cache, v_cache, slots, 32, 8, tile)
+        _same_rotation((got, k_cache, v_cache), (want, k_want, v_want))

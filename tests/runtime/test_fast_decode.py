@@ -409,6 +409,41 @@ def test_graphed_greedy_decoding_matches_transformers(model_dir, monkeypatch, ke
     assert bool(calls) == kernel
 
 
+@pytest.fixture(scope="module")
+def rotary_dirs(tmp_path_factory):
+    # Head dim 64 and no q/k norms: the q/k/v projection rotates and stores in its epilogue.
+    return {arch: make_model(tmp_path_factory.mktemp(arch), arch, hidden_size=256, num_attention_heads=4, num_key_value_heads=2)
+            for arch in ("llama", "qwen2")}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: q/k/v biases
+def test_rotary_projection_matches_transformers_and_eager_steps(rotary_dirs, monkeypatch, arch: str) -> None:
+    import transformers
+
+    _spy_few_row_projections(monkeypatch)
+    rotary: list[int] = []
+    real = few_rows.few_rows_rope_store
+    monkeypatch.setattr(few_rows, "few_rows_rope_store", lambda x, *a: rotary.append(x.shape[0]) or real(x, *a))
+    path = rotary_dirs[arch]
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
+    greedy = Sampling(max_tokens=16, temperature=0, ignore_eos=True)
+    sampled = Sampling(max_tokens=8, temperature=0.8, ignore_eos=True)
+    runs = []
+    for graphs in (True, False):
+        lm = _lm(path, fast=True, graphs=graphs)
+        runs.append(_grow(lm, sampled, greedy))
+        assert (lm.stats.graph_replays > 0) == graphs
+    assert runs[0][1] == runs[1][1] and rotary
+    for node in [n for n in runs[0][0] if n.depth == 2]:  # greedy leaves under sampled children, graphed
+        ids = torch.tensor([node.parent.path_tokens() + node.tokens[:-1]], device="cuda")
+        with torch.no_grad():
+            logits = ref(ids).logits[0, -len(node.tokens):]
+        chosen = logits.gather(1, torch.tensor(node.tokens, device="cuda")[:, None])[:, 0]
+        assert (logits.max(-1).values - chosen).max().item() < 0.25
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_few_row_projections_in_graphs_equal_them_eagerly(model_dir, monkeypatch) -> None:

@@ -63,7 +63,7 @@ def rope_heads(rows: int) -> int:
 
 
 @triton.jit
-def _rotate(x1, x2, c, s):
+def rotate_halves(x1, x2, c, s):
     """Rotary halves (x1, x2) by angles with cosines c and sines s (float32, already rounded to
     the dtype): each product and the sum rounded, as in the eager x * cos + rotate_half(x) * sin."""
     dt = x1.dtype
@@ -96,7 +96,7 @@ def _rope_store_kernel(
         hq = b * HEADS + tl.arange(0, HEADS)[:, None]
         q_ok = (hq < HQ) & j_ok[None, :]
         q_src = Q + t * stride_qt + hq * stride_qh + j[None, :]
-        q1, q2 = _rotate(tl.load(q_src, mask=q_ok, other=0.0), tl.load(q_src + HALF, mask=q_ok, other=0.0), c, s)
+        q1, q2 = rotate_halves(tl.load(q_src, mask=q_ok, other=0.0), tl.load(q_src + HALF, mask=q_ok, other=0.0), c, s)
         q_dst = Q_OUT + t * stride_ot + hq * stride_oh + j[None, :]
         tl.store(q_dst, q1, mask=q_ok)
         tl.store(q_dst + HALF, q2, mask=q_ok)
@@ -109,7 +109,7 @@ def _rope_store_kernel(
         page = slot // page_size
         off = slot - page * page_size
         k_src = K + t * stride_kt + hk * stride_kh + j[None, :]
-        k1, k2 = _rotate(tl.load(k_src, mask=kv_ok, other=0.0), tl.load(k_src + HALF, mask=kv_ok, other=0.0), c, s)
+        k1, k2 = rotate_halves(tl.load(k_src, mask=kv_ok, other=0.0), tl.load(k_src + HALF, mask=kv_ok, other=0.0), c, s)
         k_dst = KC + page * stride_cp + off * stride_cs + hk * stride_ch + j[None, :]
         tl.store(k_dst, k1.to(KC.dtype.element_ty), mask=kv_ok)
         tl.store(k_dst + HALF, k2.to(KC.dtype.element_ty), mask=kv_ok)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .fused import silu_mul
+from .fused import rope_store, rotate_halves, silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
 ROW_LIMIT = 64  # the most rows the kernel takes at all
@@ -88,23 +88,12 @@ def _silu_gate(g, u, DTYPE: tl.constexpr):
     return act * u.to(DTYPE).to(tl.float32)
 
 
-@triton.jit(do_not_specialize=["t"])
-def _few_rows_kernel(
-    X, W, B, OUT, t, n_in, n_out, stride_x, stride_w, stride_o,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
-):
+@triton.jit
+def _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr):
+    """x[:t] @ W[offs_n].T (+ B[offs_n]) in float32, [BLOCK_M, BLOCK_N]: all of K, one weight pass."""
     offs_m = tl.arange(0, BLOCK_M)
-    r = tl.arange(0, BLOCK_N)
-    if GATED:
-        # n_out = 2I weight rows, gate then up: the program's BLOCK_N // 2 outputs take gate row j
-        # and up row I + j in turn, so each pair meets in one accumulator row pair.
-        col = tl.program_id(0) * (BLOCK_N // 2) + r // 2
-        n_ok = col < n_out // 2
-        offs_n = col + (r % 2) * (n_out // 2)
-    else:
-        offs_n = tl.program_id(0) * BLOCK_N + r
-        n_ok = offs_n < n_out
     offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < t
     if SWAP:
@@ -124,6 +113,29 @@ def _few_rows_kernel(
         acc = tl.trans(acc)
     if HAS_BIAS:
         acc += tl.load(B + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit(do_not_specialize=["t"])
+def _few_rows_kernel(
+    X, W, B, OUT, t, n_in, n_out, stride_x, stride_w, stride_o,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
+):
+    offs_m = tl.arange(0, BLOCK_M)
+    m_ok = offs_m < t
+    r = tl.arange(0, BLOCK_N)
+    if GATED:
+        # n_out = 2I weight rows, gate then up: the program's BLOCK_N // 2 outputs take gate row j
+        # and up row I + j in turn, so each pair meets in one accumulator row pair.
+        col = tl.program_id(0) * (BLOCK_N // 2) + r // 2
+        n_ok = col < n_out // 2
+        offs_n = col + (r % 2) * (n_out // 2)
+    else:
+        offs_n = tl.program_id(0) * BLOCK_N + r
+        n_ok = offs_n < n_out
+    acc = _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
+                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION)
     if GATED:
         g, u = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
         cols = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -132,6 +144,51 @@ def _few_rows_kernel(
                  mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
     else:
         tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit(do_not_specialize=["t"])
+def _qkv_rope_kernel(
+    X, W, B, POS, INV_FREQ, Q_OUT, KC, VC, SLOTS, page_size, t, n_in, stride_x, stride_w, stride_ot, stride_oh,
+    stride_cp, stride_cs, stride_ch, stride_dp, stride_ds, stride_dh,
+    HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+):
+    # The weight's rows are the query heads', then the key heads', then the value heads', 2 * HALF
+    # each. A program takes BLOCK_N // 2 rotary pairs (dims j and HALF + j) of one head, in turn,
+    # so each pair meets in one accumulator row pair, and writes them as fused.rope_store does.
+    P: tl.constexpr = BLOCK_N // 2
+    head = tl.program_id(0) // (HALF // P)
+    j = tl.program_id(0) % (HALF // P) * P + tl.arange(0, P)
+    r = tl.arange(0, BLOCK_N)
+    offs_n = head * 2 * HALF + tl.program_id(0) % (HALF // P) * P + r // 2 + (r % 2) * HALF
+    acc = _project(X, W, B, offs_n, offs_n >= 0, t, n_in, stride_x, stride_w,
+                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION)
+    dt = Q_OUT.dtype.element_ty
+    x1, x2 = tl.split(tl.reshape(acc, [BLOCK_M, P, 2]))
+    x1, x2 = x1.to(dt), x2.to(dt)  # the projection's output, rounded
+    rows = tl.arange(0, BLOCK_M)
+    m_ok = rows < t
+    if head < HQ + HKV:  # queries and keys turn; values are stored as they are
+        angle = tl.load(POS + rows, mask=m_ok, other=0).to(tl.float32)[:, None] * tl.load(INV_FREQ + j)[None, :]
+        x1, x2 = rotate_halves(x1, x2, tl.cos(angle).to(dt).to(tl.float32), tl.sin(angle).to(dt).to(tl.float32))
+    if head < HQ:
+        dst = Q_OUT + rows[:, None].to(tl.int64) * stride_ot + head * stride_oh + j[None, :]
+        tl.store(dst, x1, mask=m_ok[:, None])
+        tl.store(dst + HALF, x2, mask=m_ok[:, None])
+    else:
+        # A row that only recomputes its logits (slot -1) writes nothing.
+        slot = tl.load(SLOTS + rows, mask=m_ok, other=-1).to(tl.int64)
+        ok = (slot >= 0)[:, None]
+        slot = tl.maximum(slot, 0)
+        page = slot // page_size
+        off = slot - page * page_size
+        if head < HQ + HKV:
+            dst = KC + (page * stride_cp + off * stride_cs)[:, None] + (head - HQ) * stride_ch + j[None, :]
+        else:
+            dst = VC + (page * stride_dp + off * stride_ds)[:, None] + (head - HQ - HKV) * stride_dh + j[None, :]
+        tl.store(dst, x1.to(KC.dtype.element_ty), mask=ok)
+        tl.store(dst + HALF, x2.to(KC.dtype.element_ty), mask=ok)
 
 
 def few_rows_linear(
@@ -185,3 +242,87 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if tile is None or weight.shape[0] % 2:
         return silu_mul(F.linear(x, weight, bias))
     return few_rows_linear(x, weight, bias, tile, gated=True)
+
+
+def few_rows_rope_store(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    tile: Tiling = WIDE,
+) -> torch.Tensor:
+    """``fused.rope_store`` of the q/k/v projection ``few_rows_linear(x, weight, bias, tile)`` in one
+    launch: the projection's epilogue rotates and stores, rounding where the two kernels round
+    (on an H200 some values land one rounding step from theirs: the compiled kernels differ).
+
+    Args:
+        x: [T <= ROW_LIMIT, K]; weight: [(num_heads + 2 * num_kv_heads) * D, K], the query heads'
+            rows, then the key heads', then the value heads'; bias: [that many] or None.
+        positions, inv_freq, k_cache, v_cache, slots: as ``fused.rope_store``.
+        tile: half a head's dims must hold whole blocks of ``tile.block_n // 2`` rotary pairs.
+    Returns:
+        rotated q, [T, num_heads, D].
+    """
+    t, n_in = x.shape
+    d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
+    if d * (num_heads + 2 * num_kv_heads) != weight.shape[0] or d % 2 or inv_freq.shape != (d // 2,):
+        raise ValueError(f"few_rows_rope_store: weight rows {weight.shape[0]} are not {num_heads} + 2 x {num_kv_heads} heads "
+                         f"of an even head dim with inv_freq {tuple(inv_freq.shape)}")
+    if (d // 2) % (tile.block_n // 2):
+        raise ValueError(f"few_rows_rope_store: head dim {d} must hold whole blocks of {tile.block_n // 2} rotary pairs per half")
+    if weight.shape[1] != n_in or (bias is not None and bias.shape != (weight.shape[0],)):
+        raise ValueError(f"few_rows_rope_store: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
+    if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"few_rows_rope_store takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
+    if positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d) or v_cache.shape != k_cache.shape:
+        raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
+                         f"{tuple(k_cache.shape)} must fit {t} rows of {num_kv_heads} KV heads of {d}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("few_rows_rope_store: the head dimension of the caches must be contiguous")
+    q = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
+    if t == 0:
+        return q
+    block_m = max(16, triton.next_power_of_2(t))
+    _qkv_rope_kernel[(weight.shape[0] // tile.block_n,)](
+        x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots, k_cache.shape[1],
+        t, n_in, x.stride(0), weight.stride(0), q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2,
+        BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
+        SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps,
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+    )
+    return q
+
+
+def linear_rope_store(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    max_rows: int = MAX_ROWS,
+) -> torch.Tensor:
+    """``fused.rope_store`` of the q/k/v projection ``F.linear(x, weight, bias)`` (split into
+    num_heads query, then num_kv_heads key and value heads); in one launch of
+    :func:`few_rows_rope_store` where :func:`linear` would take the projection to the kernel and
+    the head dim fits its tiling. Returns rotated q, [T, num_heads, D]."""
+    t = x.shape[0]
+    d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
+    tile = _tile(x, weight, max_rows)
+    if tile is not None and d * (num_heads + 2 * num_kv_heads) == weight.shape[0] and d % 2 == 0 and (d // 2) % (tile.block_n // 2) == 0:
+        return few_rows_rope_store(x, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile)
+    q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+    return rope_store(q.view(t, num_heads, d), k.view(t, num_kv_heads, d), v.view(t, num_kv_heads, d),
+                      positions, inv_freq, k_cache, v_cache, slots)

@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_silu_mul
+from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_rope_store, linear_silu_mul
 from ..kernels.fused import add_rms_norm, rope_store
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -112,18 +112,22 @@ class Transformer:
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
             h, residual = add_norm(x, residual, w[p + "ln1"], eps)
-            qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
-            q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-            q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
-            if cfg.qk_norm:
-                q = rms_norm_reference(q, w[p + "q_norm"], eps)
-                k = rms_norm_reference(k, w[p + "k_norm"], eps)
             k_cache, v_cache = kv.caches(i)
-            if self.fused:
-                q = rope_store(q, k, v, positions, self.inv_freq, k_cache, v_cache, kv.write_slots)
+            if self.fused and not cfg.qk_norm:
+                q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
+                                      kv.write_slots, hq, hkv, max(self.few_rows, 0))
             else:
-                q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
-                store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
+                qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+                q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+                q, k, v = q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
+                if cfg.qk_norm:
+                    q = rms_norm_reference(q, w[p + "q_norm"], eps)
+                    k = rms_norm_reference(k, w[p + "k_norm"], eps)
+                if self.fused:
+                    q = rope_store(q, k, v, positions, self.inv_freq, k_cache, v_cache, kv.write_slots)
+                else:
+                    q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
+                    store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
             x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
