@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from thoughttree.kernels import linear as few
 from thoughttree.kernels.fused import rope_store, silu_mul
-from thoughttree.kernels.reference import linear_reference, silu_mul_reference
+from thoughttree.kernels.reference import linear_reference, rope_store_reference, silu_mul_reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
@@ -177,6 +177,17 @@ def test_rotary_projection_is_rope_store_of_the_projection(dtype, tile, t, n_in,
         got = few.few_rows_rope_store(x, w, bias, positions, inv_freq, k_cache, v_cache, slots, hq, hkv, tile)
         assert got.shape == (t, hq, d) and got.dtype == dtype
         _same_rotation((got, k_cache, v_cache), (want, k_want, v_want))
+        # Against the references: the projection within _close's bound e, the rotation of two
+        # such values by a cosine and a sine within 2e, then a few roundings at the scale.
+        _, _, k_ref, v_ref, _ = _rope_inputs(t, hq, hkv, d, dtype, t)
+        qkv = linear_reference(x, w, bias)
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q_ref = rope_store_reference(q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d), positions, inv_freq, k_ref, v_ref, slots)
+        sums = (x.float().abs() @ w.float().abs().T).max().item()
+        e = 2 * torch.finfo(dtype).eps * max(1.0, qkv.float().abs().max().item()) + n_in * 2**-24 * sums
+        for a, b_ in ((got, q_ref), (k_cache, k_ref), (v_cache, v_ref)):
+            tol = 2 * e + 4 * torch.finfo(dtype).eps * max(1.0, b_.float().abs().max().item())
+            assert (a.float() - b_.float()).abs().max().item() <= tol
         if t > 1:  # the rows of the slots written are new
             assert not torch.equal(k_cache, _rope_inputs(t, hq, hkv, d, dtype, t)[2])
 

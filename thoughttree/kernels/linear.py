@@ -8,8 +8,11 @@ software pipeline and writes its outputs once: decode steps of 8-32 rows took 3-
 than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton"). The MLP's gate and up
 projections can share programs (``gated``): each program then holds matching gate and up outputs
 and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output
-(1.1-1.4% less per step at 8-32 rows).
-Reference: ``linear_reference`` in :mod:`reference` (then ``silu_mul_reference`` where gated).
+(1.1-1.4% less per step at 8-32 rows). Likewise the q/k/v projection's programs take the two
+halves of a head's rotary pairs in turn and rotate and store them in their epilogue
+(:func:`few_rows_rope_store`: no ``rope_store`` launch, 1.1-1.6% less per step).
+References: ``linear_reference`` in :mod:`reference`, then ``silu_mul_reference`` where gated,
+``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue.
 """
 
 from __future__ import annotations
@@ -280,9 +283,10 @@ def few_rows_rope_store(
         raise ValueError(f"few_rows_rope_store: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
     if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError(f"few_rows_rope_store takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
-    if positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d) or v_cache.shape != k_cache.shape:
+    if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
+            or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype):
         raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
-                         f"{tuple(k_cache.shape)} must fit {t} rows of {num_kv_heads} KV heads of {d}")
+                         f"{tuple(k_cache.shape)} (one dtype) must fit {t} rows of {num_kv_heads} KV heads of {d}")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("few_rows_rope_store: the head dimension of the caches must be contiguous")
     q = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
