@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_rope_store, linear_silu_mul
-from ..kernels.fused import add_rms_norm, rope_store
+from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
     rms_norm_reference,
@@ -83,6 +83,10 @@ class Transformer:
         # With ``fused``: projections of up to this many rows (a decode step's) run the few-row
         # kernel where it fits the weight (kernels/linear.py); 0 leaves every one to cuBLAS.
         self.few_rows = MAX_ROWS
+        # With ``fused``: where the few-row kernel takes them, the gate/up projection writes the
+        # SiLU product and the q/k/v projection rotates and stores in their epilogues; False
+        # launches silu_mul and rope_store after them instead.
+        self.epilogues = True
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -113,7 +117,7 @@ class Transformer:
             p = f"layers.{i}."
             h, residual = add_norm(x, residual, w[p + "ln1"], eps)
             k_cache, v_cache = kv.caches(i)
-            if self.fused and not cfg.qk_norm:
+            if self.fused and self.epilogues and not cfg.qk_norm:
                 q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
                                       kv.write_slots, hq, hkv, max(self.few_rows, 0))
             else:
@@ -131,10 +135,11 @@ class Transformer:
             o = kv.attend(i, q).reshape(-1, hq * d)
             x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
-            if self.fused:
+            if self.fused and self.epilogues:
                 act = linear_silu_mul(h, w[p + "gate_up"], w.get(p + "gate_up_bias"), max(self.few_rows, 0))
             else:
-                act = silu_mul_reference(linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias")))
+                gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
+                act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
             x = self.reduce(linear(act, w[p + "down"], w.get(p + "down_bias")))
         return add_norm(x, residual, w["norm"], eps)[0]
 
