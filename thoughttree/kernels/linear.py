@@ -194,6 +194,19 @@ def _qkv_rope_kernel(
         tl.store(dst + HALF, x2.to(KC.dtype.element_ty), mask=ok)
 
 
+def _check_projection(name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """The shapes and strides every few-row launch needs, or a ValueError naming ``name``."""
+    if weight.shape[1] != x.shape[1] or (bias is not None and bias.shape != (weight.shape[0],)):
+        raise ValueError(f"{name}: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
+    if x.shape[0] > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"{name} takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
+
+
+def _precision(x: torch.Tensor) -> str:
+    """The products' precision: float32 as torch's matmul computes it by default (no TF32)."""
+    return "ieee" if x.dtype == torch.float32 else "tf32"
+
+
 def few_rows_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
 ) -> torch.Tensor:
@@ -204,12 +217,9 @@ def few_rows_linear(
     output, bit for bit).
     x and weight need unit stride along K; the output has x's dtype.
     """
+    _check_projection("few_rows_linear", x, weight, bias)
     t, n_in = x.shape
     n_out = weight.shape[0]
-    if weight.shape[1] != n_in or (bias is not None and bias.shape != (n_out,)):
-        raise ValueError(f"few_rows_linear: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
-    if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(f"few_rows_linear takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
     if gated and n_out % 2:
         raise ValueError(f"a gated projection needs gate and up rows alike (an even count), got {n_out}")
     out = torch.empty(t, n_out // 2 if gated else n_out, dtype=x.dtype, device=x.device)
@@ -218,8 +228,7 @@ def few_rows_linear(
         _few_rows_kernel[(triton.cdiv(out.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
             x, weight, bias if bias is not None else weight, out, t, n_in, n_out, x.stride(0), weight.stride(0), out.stride(0),
             BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-            SWAP=tile.swap, HAS_BIAS=bias is not None, GATED=gated, num_warps=tile.warps,
-            PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # float32 as torch's matmul: no TF32
+            SWAP=tile.swap, HAS_BIAS=bias is not None, GATED=gated, num_warps=tile.warps, PRECISION=_precision(x),
         )
     return out
 
@@ -279,10 +288,7 @@ def few_rows_rope_store(
                          f"of an even head dim with inv_freq {tuple(inv_freq.shape)}")
     if (d // 2) % (tile.block_n // 2):
         raise ValueError(f"few_rows_rope_store: head dim {d} must hold whole blocks of {tile.block_n // 2} rotary pairs per half")
-    if weight.shape[1] != n_in or (bias is not None and bias.shape != (weight.shape[0],)):
-        raise ValueError(f"few_rows_rope_store: x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias must agree on K and N")
-    if t > ROW_LIMIT or x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(f"few_rows_rope_store takes at most {ROW_LIMIT} rows with unit stride along K; got x {tuple(x.shape)}")
+    _check_projection("few_rows_rope_store", x, weight, bias)
     if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
             or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype):
         raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
@@ -299,8 +305,7 @@ def few_rows_rope_store(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HQ=num_heads, HKV=num_kv_heads, HALF=d // 2,
         BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-        SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps,
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps, PRECISION=_precision(x),
     )
     return q
 

@@ -119,7 +119,7 @@ class Transformer:
             k_cache, v_cache = kv.caches(i)
             if self.fused and self.epilogues and not cfg.qk_norm:
                 q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
-                                      kv.write_slots, hq, hkv, max(self.few_rows, 0))
+                                      kv.write_slots, hq, hkv, self.few_rows)
             else:
                 qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
                 q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
@@ -136,7 +136,7 @@ class Transformer:
             x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
             h, residual = add_norm(x, residual, w[p + "ln2"], eps)
             if self.fused and self.epilogues:
-                act = linear_silu_mul(h, w[p + "gate_up"], w.get(p + "gate_up_bias"), max(self.few_rows, 0))
+                act = linear_silu_mul(h, w[p + "gate_up"], w.get(p + "gate_up_bias"), self.few_rows)
             else:
                 gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
                 act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
