@@ -11,8 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from thoughttree.kernels import linear as few
-from thoughttree.kernels.fused import rope_store, silu_mul
-from thoughttree.kernels.reference import linear_reference, rope_store_reference, silu_mul_reference
+from thoughttree.kernels.fused import add_rms_norm, rope_store, silu_mul
+from thoughttree.kernels.reference import (
+    linear_reference,
+    normed_linear_reference,
+    rms_norm_reference,
+    rope_store_reference,
+    silu_mul_reference,
+)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
@@ -155,7 +161,8 @@ def _unfused_rope_store(x, w, bias, positions, inv_freq, k_cache, v_cache, slots
 def _same_rotation(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> None:
     """q and both caches as the unfused projection + rope_store leave them: bit for bit under the
     interpreter; on the GPU within one rounding step of the dtype (the compiled kernels may
-    round a product or an angle's cosine the other way)."""
+    round a product or an angle's cosine the other way, or sum normed rows' squares in
+    another order)."""
     for a, b in zip(got, want):
         if DEV == "cpu":
             assert torch.equal(a, b)
@@ -224,6 +231,124 @@ def test_rotary_projection_bad_inputs_and_where_it_is_taken(monkeypatch) -> None
     assert calls == [few.WIDE]
 
 
+EPS = 1e-5
+
+
+def _residual(t: int, n: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A residual stream [t, n] and a norm weight [n] near 1."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(t, n, generator=g).to(DEV, dtype), (1 + 0.2 * torch.randn(n, generator=g)).to(DEV, dtype)
+
+
+def _normed(h: torch.Tensor, norm_weight: torch.Tensor, blocks: int) -> few.NormedRows:
+    """h's norm as a projection leaves it, its squares summed by torch in ``blocks`` blocks of columns."""
+    squares = h.float().pow(2)
+    sums = torch.stack([part.sum(-1) for part in squares.tensor_split(blocks, dim=1)])
+    return few.NormedRows((h.float() * norm_weight.float()).to(h.dtype), sums, h, norm_weight, EPS)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", SMALL, ids=["narrow", "swapped"])
+@pytest.mark.parametrize("t,n_in,n_out", [(1, 64, 32), (5, 96, 40), (16, 300, 130), (37, 64, 72)])
+def test_add_norm_projection_is_add_rms_norm_of_the_projection(dtype, tile, t, n_in, n_out) -> None:
+    x, w, b = _inputs(t, n_in, n_out, dtype, t + n_out)
+    residual, norm_weight = _residual(t, n_out, dtype, t)
+    for bias in (None, b):
+        weighted, sums, h = few.few_rows_add_norm(x, w, bias, residual, norm_weight, tile)
+        normed, want_h = add_rms_norm(few.few_rows_linear(x, w, bias, tile), residual, norm_weight, EPS)
+        # The new residual is add_rms_norm's, bit for bit; its rows times the weight, rounded once.
+        assert torch.equal(h, want_h)
+        assert torch.equal(weighted, (h.float() * norm_weight.float()).to(dtype))
+        assert sums.shape == (-(-n_out // tile.block_n), t) and sums.dtype == torch.float32
+        torch.testing.assert_close(sums.sum(0), h.float().pow(2).sum(-1), rtol=1e-5, atol=0)
+        assert torch.equal(few.NormedRows(weighted, sums, h, norm_weight, EPS).dense(), normed)
+        _close(h, (linear_reference(x, w, bias).float() + residual.float()).to(dtype), x, w)
+
+
+def _normed_close(got: torch.Tensor, h: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> None:
+    """got within two rounding units of the folded reference, and within one rounding of each
+    normed input (RMSNorm's own) of the projection of RMSNorm(h)."""
+    normed = rms_norm_reference(h, norm_weight, EPS)
+    _close(got, normed_linear_reference(h, norm_weight, EPS, w, b), normed, w)
+    sums = (normed.float().abs() @ w.float().abs().T).max().item()
+    unit = torch.finfo(got.dtype).eps
+    tol = 2 * unit * sums + 2 * unit * max(1.0, got.float().abs().max().item())
+    assert (got.float() - linear_reference(normed, w, b).float()).abs().max().item() <= tol
+
+
+def _gated_close(gated: torch.Tensor, got: torch.Tensor) -> None:
+    """The gated projection of normed rows against silu_mul of the plain one, ``got``: bit for bit
+    under the interpreter. On the GPU the two compiled kernels may sum a row's squares in
+    another order, so a projection may round one step the other way: each of gate and up within
+    a unit, silu's slope below 1.1, then the two roundings of the product."""
+    want = silu_mul(got)
+    if DEV == "cpu":
+        assert torch.equal(gated, want)
+        return
+    unit = torch.finfo(got.dtype).eps
+    g, u = got.float().chunk(2, dim=-1)
+    tol = unit * (2.1 * g.abs() * u.abs()).max().item() + 2 * unit * max(1.0, want.float().abs().max().item())
+    assert (gated.float() - want.float()).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", SMALL, ids=["narrow", "swapped"])
+@pytest.mark.parametrize("t,n_in,blocks", [(1, 64, 2), (5, 96, 3), (16, 300, 130), (37, 64, 64)])
+def test_projections_of_normed_rows_finish_the_norm(dtype, tile, t, n_in, blocks) -> None:
+    """The plain, gated and rotary projections of normed rows (squares summed in 2-130 blocks:
+    one or three passes of the kernel's 64-block loop)."""
+    hq, hkv, d = 2, 1, 64
+    h, norm_weight = _residual(t, n_in, dtype, t + blocks)
+    rows = _normed(h, norm_weight, blocks)
+    _, w, b = _inputs(t, n_in, (hq + 2 * hkv) * d, dtype, t + n_in)
+    for bias in (None, b):
+        norm = {"row_sums": rows.sums, "eps": EPS}
+        got = few.few_rows_linear(rows.weighted, w, bias, tile, **norm)
+        _normed_close(got, h, norm_weight, w, bias)
+        _gated_close(few.few_rows_linear(rows.weighted, w, bias, tile, gated=True, **norm), got)
+        positions, inv_freq, k_cache, v_cache, slots = _rope_inputs(t, hq, hkv, d, dtype, t)
+        k_want, v_want = k_cache.clone(), v_cache.clone()
+        q, k, v = got.split([hq * d, hkv * d, hkv * d], dim=-1)
+        want = rope_store(q.view(t, hq, d), k.view(t, hkv, d), v.view(t, hkv, d), positions, inv_freq, k_want, v_want, slots)
+        q = few.few_rows_rope_store(rows.weighted, w, bias, positions, inv_freq, k_cache, v_cache, slots, hq, hkv, tile, **norm)
+        _same_rotation((q, k_cache, v_cache), (want, k_want, v_want))
+
+
+def test_normed_rows_where_the_kernel_is_not_taken_and_bad_inputs(monkeypatch) -> None:
+    monkeypatch.setattr(few, "MIN_PROGRAMS", 2)
+    hq, hkv, d = 2, 1, 64
+    x, w, b = _inputs(6, 96, 128, torch.float32, 6)
+    residual, norm_weight = _residual(6, 128, torch.float32, 6)
+    _, w2, b2 = _inputs(6, 128, (hq + 2 * hkv) * d, torch.float32, 7)
+    normed, h = few.linear_add_norm(x, w, b, residual, norm_weight, EPS, max_rows=0)  # cuBLAS, then add_rms_norm
+    want, want_h = add_rms_norm(F.linear(x, w, b), residual, norm_weight, EPS)
+    assert torch.equal(normed, want) and torch.equal(h, want_h)
+    rows, h = few.linear_add_norm(x, w, b, residual, norm_weight, EPS)
+    assert isinstance(rows, few.NormedRows) and rows.residual is h
+    _close(h, want_h, x, w)
+    dense = rows.dense()
+    # A projection that cannot take the kernel (a cap of 4 rows here) gets RMSNorm(h) itself.
+    assert torch.equal(few.linear(rows, w2, b2, max_rows=4), F.linear(dense, w2, b2))
+    assert torch.equal(few.linear_silu_mul(rows, w2, b2, max_rows=4), silu_mul(F.linear(dense, w2, b2)))
+    pos, inv, kc, vc, slots = _rope_inputs(6, hq, hkv, d, torch.float32, 6)
+    got_k, got_v, want_k, want_v = kc.clone(), vc.clone(), kc.clone(), vc.clone()
+    q = few.linear_rope_store(rows, w2, b2, pos, inv, got_k, got_v, slots, hq, hkv, max_rows=4)
+    qkv = F.linear(dense, w2, b2).split([hq * d, hkv * d, hkv * d], dim=-1)
+    want_q = rope_store(*(part.reshape(6, -1, d) for part in qkv), pos, inv, want_k, want_v, slots)
+    assert torch.equal(q, want_q) and torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+    # Taken: each finishes the norm.
+    _normed_close(few.linear(rows, w2, b2), h, norm_weight, w2, b2)
+    _gated_close(few.linear_silu_mul(rows, w2, b2), few.linear(rows, w2, b2))
+    with pytest.raises(ValueError, match="must fit"):
+        few.few_rows_add_norm(x, w, b, residual[:, :64], norm_weight, SMALL[0])
+    with pytest.raises(ValueError, match="must fit"):
+        few.few_rows_add_norm(x, w, b, residual, norm_weight[:64], SMALL[0])
+    with pytest.raises(ValueError, match="row_sums must be float32"):
+        few.few_rows_linear(rows.weighted, w2, b2, SMALL[0], row_sums=rows.sums.double(), eps=EPS)
+    with pytest.raises(ValueError, match="row_sums must be float32"):
+        few.few_rows_linear(rows.weighted, w2, b2, SMALL[0], row_sums=rows.sums[:, :5], eps=EPS)
+
+
 @pytest.mark.skipif(DEV != "cuda", reason="Llama-3-8B shapes in bfloat16 need the GPU")
 @pytest.mark.parametrize("t", [1, 8, 17, 32, 64])
 @pytest.mark.parametrize("n_out,n_in", [(6144, 4096), (4096, 4096), (4096, 14336), (28672, 4096)])
@@ -243,3 +368,11 @@ def test_llama_shapes_in_bfloat16(t: int, n_out: int, n_in: int) -> None:
         want = _unfused_rope_store(x, w, None, positions, inv_freq, k_want, v_want, slots, 32, 8, tile)
         got = few.few_rows_rope_store(x, w, None, positions, inv_freq, k_cache, v_cache, slots, 32, 8, tile)
         _same_rotation((got, k_cache, v_cache), (want, k_want, v_want))
+    if n_in == 4096 and n_out == 4096:  # the attention output, whose residual add and norm the next projection finishes
+        residual, norm_weight = _residual(t, n_out, torch.bfloat16, t)
+        weighted, sums, h = few.few_rows_add_norm(x, w, None, residual, norm_weight, tile)
+        assert torch.equal(h, add_rms_norm(got, residual, norm_weight, EPS)[1]) and sums.shape == (128, t)
+        _, w2, _ = _inputs(t, n_out, 28672, torch.bfloat16, t + 1)
+        rows = few.NormedRows(weighted, sums, h, norm_weight, EPS)
+        _normed_close(few.few_rows_linear(weighted, w2, None, few.WIDE, row_sums=sums, eps=EPS), h, norm_weight, w2, None)
+        _gated_close(few.linear_silu_mul(rows, w2, None, max_rows=64), few.linear(rows, w2, None, max_rows=64))

@@ -425,7 +425,7 @@ def test_rotary_projection_matches_transformers_and_eager_steps(rotary_dirs, mon
     _spy_few_row_projections(monkeypatch)
     rotary: list[int] = []
     real = few_rows.few_rows_rope_store
-    monkeypatch.setattr(few_rows, "few_rows_rope_store", lambda x, *a: rotary.append(x.shape[0]) or real(x, *a))
+    monkeypatch.setattr(few_rows, "few_rows_rope_store", lambda x, *a, **k: rotary.append(x.shape[0]) or real(x, *a, **k))
     path = rotary_dirs[arch]
     ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
     greedy = Sampling(max_tokens=16, temperature=0, ignore_eos=True)
@@ -453,6 +453,29 @@ def test_few_row_projections_in_graphs_equal_them_eagerly(model_dir, monkeypatch
     runs = [_grow(_lm(model_dir, fast=True, graphs=graphs), greedy, sampled)[1:] for graphs in (True, False)]
     assert runs[0] == runs[1]
     assert len(calls) > 0
+
+
+def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monkeypatch) -> None:
+    """With the few-row kernel on every projection, the attention output and MLP down projections
+    add the residual and leave RMSNorm to the projection after them (linear.NormedRows): the
+    same greedy tokens as with add_rms_norm launched between them, log-probabilities within
+    rounding; the CPU's one layer covers the attention output, the GPU's two layers MLP down too."""
+    _spy_few_row_projections(monkeypatch)
+    folds: list[int] = []
+    real = few_rows.few_rows_add_norm
+    monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a: folds.append(x.shape[0]) or real(x, *a))
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    runs = []
+    for epilogues in (True, False):
+        lm = _lm(model_dir, fast=True)
+        lm.model.epilogues = epilogues
+        before = len(folds)
+        runs.append(_grow(lm, greedy, greedy)[1:])
+        assert (len(folds) > before) == epilogues
+        assert lm.stats.fast_steps > 0
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        assert a == pytest.approx(b, abs=2e-2)
 
 
 def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> None:

@@ -10,9 +10,15 @@ projections can share programs (``gated``): each program then holds matching gat
 and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output
 (1.1-1.4% less per step at 8-32 rows). Likewise the q/k/v projection's programs take the two
 halves of a head's rotary pairs in turn and rotate and store them in their epilogue
-(:func:`few_rows_rope_store`: no ``rope_store`` launch, 1.1-1.6% less per step).
+(:func:`few_rows_rope_store`: no ``rope_store`` launch, 1.1-1.6% less per step). The
+attention output and MLP down projections add the residual stream in their epilogue and leave
+the next RMSNorm to the projection after them (:func:`few_rows_add_norm`, :class:`NormedRows`):
+a norm needs a whole row, which no program holds, so each program writes its columns' sums of
+squares and the next projection scales its float32 product by each row's RMS (no
+``add_rms_norm`` launch, 1.5-2.0% less per step).
 References: ``linear_reference`` in :mod:`reference`, then ``silu_mul_reference`` where gated,
-``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue.
+``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue, ``add_rms_norm_reference``
+and ``normed_linear_reference`` for the norm.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .fused import rope_store, rotate_halves, silu_mul
+from .fused import add_rms_norm, rope_store, rotate_halves, silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
 ROW_LIMIT = 64  # the most rows the kernel takes at all
@@ -92,13 +98,21 @@ def _silu_gate(g, u, DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
+def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr):
-    """x[:t] @ W[offs_n].T (+ B[offs_n]) in float32, [BLOCK_M, BLOCK_N]: all of K, one weight pass."""
+             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr):
+    """x[:t] @ W[offs_n].T (+ B[offs_n]) in float32, [BLOCK_M, BLOCK_N]: all of K, one weight pass.
+
+    NORMED: each row's product is first scaled by 1 / sqrt(mean square + eps), the row's sum of
+    squares being the sum of SUMS[:n_sums, row] (see :class:`NormedRows`), loaded before the
+    loop so that their latency hides behind it.
+    """
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < t
+    if NORMED:
+        p = tl.arange(0, BLOCK_S)
+        squares = tl.load(SUMS + p[:, None] * stride_s + offs_m[None, :], mask=(p < n_sums)[:, None] & m_ok[None, :], other=0.0)
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -114,6 +128,8 @@ def _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
     if SWAP:
         acc = tl.trans(acc)
+    if NORMED:
+        acc = acc * (1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_in + eps))[:, None]
     if HAS_BIAS:
         acc += tl.load(B + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     return acc
@@ -121,9 +137,11 @@ def _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
 
 @triton.jit(do_not_specialize=["t"])
 def _few_rows_kernel(
-    X, W, B, OUT, t, n_in, n_out, stride_x, stride_w, stride_o,
+    X, W, B, OUT, RES, NORM_W, RES_OUT, SUMS_OUT, t, n_in, n_out, stride_x, stride_w, stride_o, stride_r, stride_ro, stride_so,
+    SUMS, n_sums, stride_s, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
+    NORMED: tl.constexpr, BLOCK_S: tl.constexpr, ADD_NORM: tl.constexpr,
 ):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < t
@@ -137,25 +155,39 @@ def _few_rows_kernel(
     else:
         offs_n = tl.program_id(0) * BLOCK_N + r
         n_ok = offs_n < n_out
-    acc = _project(X, W, B, offs_n, n_ok, t, n_in, stride_x, stride_w,
-                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION)
+    ok = m_ok[:, None] & n_ok[None, :]
+    if ADD_NORM:  # loaded before the projection's loop, as the squares are
+        res = tl.load(RES + offs_m[:, None] * stride_r + offs_n[None, :], mask=ok, other=0.0)
+        nw = tl.load(NORM_W + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+    acc = _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
+                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION, NORMED, BLOCK_S)
+    dt = OUT.dtype.element_ty
     if GATED:
         g, u = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
         cols = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        out = _silu_gate(g, u, OUT.dtype.element_ty)
-        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(OUT.dtype.element_ty),
-                 mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
+        out = _silu_gate(g, u, dt)
+        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(dt), mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
+    elif ADD_NORM:
+        # The residual stream: the rounded projection plus the residual, rounded (as add_rms_norm
+        # adds); then its rows' squares over this program's columns, and the rows times the
+        # norm's weight, which the next projection scales by the whole row's RMS.
+        h = (acc.to(dt).to(tl.float32) + res.to(tl.float32)).to(dt)
+        tl.store(RES_OUT + offs_m[:, None] * stride_ro + offs_n[None, :], h, mask=ok)
+        hf = h.to(tl.float32)
+        tl.store(SUMS_OUT + tl.program_id(0) * stride_so + offs_m, tl.sum(hf * hf, axis=1), mask=m_ok)
+        tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], (hf * nw[None, :]).to(dt), mask=ok)
     else:
-        tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(OUT + offs_m[:, None] * stride_o + offs_n[None, :], acc.to(dt), mask=ok)
 
 
 @triton.jit(do_not_specialize=["t"])
 def _qkv_rope_kernel(
-    X, W, B, POS, INV_FREQ, Q_OUT, KC, VC, SLOTS, page_size, t, n_in, stride_x, stride_w, stride_ot, stride_oh,
-    stride_cp, stride_cs, stride_ch, stride_dp, stride_ds, stride_dh,
+    X, W, B, POS, INV_FREQ, Q_OUT, KC, VC, SLOTS, page_size, t, n_in,
+    stride_x, stride_w, stride_ot, stride_oh, stride_cp, stride_cs, stride_ch, stride_dp, stride_ds, stride_dh,
+    SUMS, n_sums, stride_s, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     # The weight's rows are the query heads', then the key heads', then the value heads', 2 * HALF
     # each. A program takes BLOCK_N // 2 rotary pairs (dims j and HALF + j) of one head, in turn,
@@ -165,8 +197,8 @@ def _qkv_rope_kernel(
     j = tl.program_id(0) % (HALF // P) * P + tl.arange(0, P)
     r = tl.arange(0, BLOCK_N)
     offs_n = head * 2 * HALF + tl.program_id(0) % (HALF // P) * P + r // 2 + (r % 2) * HALF
-    acc = _project(X, W, B, offs_n, offs_n >= 0, t, n_in, stride_x, stride_w,
-                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION)
+    acc = _project(X, W, B, SUMS, offs_n, offs_n >= 0, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
+                   BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION, NORMED, BLOCK_S)
     dt = Q_OUT.dtype.element_ty
     x1, x2 = tl.split(tl.reshape(acc, [BLOCK_M, P, 2]))
     x1, x2 = x1.to(dt), x2.to(dt)  # the projection's output, rounded
@@ -207,30 +239,131 @@ def _precision(x: torch.Tensor) -> str:
     return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
+@dataclass(frozen=True)
+class NormedRows:
+    """RMSNorm(h) of rows h [T, K], left for the next projection to finish.
+
+    ``weighted`` [T, K] is h times the norm's weight, rounded; ``sums`` [P, T] float32 holds the
+    rows' sums of squares of h in P blocks of columns (row t's is ``sums[:, t].sum()``). A
+    few-row projection of these rows scales each row of its float32 product by
+    1 / sqrt(mean(h²) + eps) before its epilogue: RMSNorm rounds h / RMS before the weight,
+    this rounds the weighted rows instead and the scale not at all. ``residual`` is h itself:
+    :meth:`dense` is RMSNorm(h) as ``fused.add_rms_norm`` computes it, for a projection that
+    cannot take the kernel.
+    """
+
+    weighted: torch.Tensor
+    sums: torch.Tensor
+    residual: torch.Tensor
+    weight: torch.Tensor
+    eps: float
+
+    def dense(self) -> torch.Tensor:
+        """RMSNorm(h) [T, K]."""
+        return add_rms_norm(self.residual, None, self.weight, self.eps)[0]
+
+
+Rows = torch.Tensor | NormedRows
+
+
+def _dense(x: Rows) -> torch.Tensor:
+    return x.dense() if isinstance(x, NormedRows) else x
+
+
+def _operand(x: Rows) -> tuple[torch.Tensor, dict]:
+    """The kernel's x and, for normed rows, their sums of squares and eps."""
+    if isinstance(x, NormedRows):
+        return x.weighted, {"row_sums": x.sums, "eps": x.eps}
+    return x, {}
+
+
+def _check_sums(name: str, x: torch.Tensor, row_sums: torch.Tensor | None) -> None:
+    if row_sums is not None and (row_sums.dim() != 2 or row_sums.shape[1] != x.shape[0] or row_sums.dtype != torch.float32
+                                 or row_sums.stride(1) != 1):
+        raise ValueError(f"{name}: row_sums must be float32 [P, {x.shape[0]}] with unit stride along the rows, "
+                         f"got {row_sums.dtype} {tuple(row_sums.shape)}")
+
+
+def _norm_args(row_sums: torch.Tensor | None, x: torch.Tensor, eps: float) -> tuple[tuple, dict]:
+    """The kernels' last arguments (SUMS, n_sums, stride_s, eps) and their NORMED and BLOCK_S;
+    x stands in for absent sums."""
+    if row_sums is None:
+        return (x, 0, 0, 0.0), dict(NORMED=False, BLOCK_S=1)
+    blocks = row_sums.shape[0]
+    return (row_sums, blocks, row_sums.stride(0), float(eps)), dict(NORMED=True, BLOCK_S=triton.next_power_of_2(blocks))
+
+
 def few_rows_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
+    row_sums: torch.Tensor | None = None, eps: float = 0.0,
 ) -> torch.Tensor:
     """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
 
     gated: weight is [2I, K], gate rows then up rows; returns silu(gate) * up [T, I], each
     projection rounded to x's dtype first and the silu too (``fused.silu_mul`` of the ungated
     output, bit for bit).
+    row_sums: [P, T] float32 (see :class:`NormedRows`); each row's product is scaled by
+    1 / sqrt(row_sums[:, t].sum() / K + eps) before the bias and the rounding.
     x and weight need unit stride along K; the output has x's dtype.
     """
     _check_projection("few_rows_linear", x, weight, bias)
+    _check_sums("few_rows_linear", x, row_sums)
     t, n_in = x.shape
     n_out = weight.shape[0]
     if gated and n_out % 2:
         raise ValueError(f"a gated projection needs gate and up rows alike (an even count), got {n_out}")
     out = torch.empty(t, n_out // 2 if gated else n_out, dtype=x.dtype, device=x.device)
     if t:
-        block_m = max(16, triton.next_power_of_2(t))
+        norm, normed = _norm_args(row_sums, x, eps)
         _few_rows_kernel[(triton.cdiv(out.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
-            x, weight, bias if bias is not None else weight, out, t, n_in, n_out, x.stride(0), weight.stride(0), out.stride(0),
-            BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-            SWAP=tile.swap, HAS_BIAS=bias is not None, GATED=gated, num_warps=tile.warps, PRECISION=_precision(x),
+            x, weight, bias if bias is not None else weight, out, x, x, x, x, t, n_in, n_out,
+            x.stride(0), weight.stride(0), out.stride(0), 0, 0, 0, *norm,
+            **_launch(tile, t, x), **normed, HAS_BIAS=bias is not None, GATED=gated, ADD_NORM=False,
         )
     return out
+
+
+def few_rows_add_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, norm_weight: torch.Tensor,
+    tile: Tiling = NARROW,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The projection ``few_rows_linear(x, weight, bias, tile)`` added to the residual stream, and
+    RMSNorm of the sum left to the next projection, in one launch.
+
+    Args:
+        x: [T <= ROW_LIMIT, K]; weight: [N, K]; bias: [N] or None.
+        residual: [T, N] in x's dtype; norm_weight: [N].
+    Returns:
+        (weighted, sums, h): h = the projection (rounded) + residual, rounded, as
+        ``fused.add_rms_norm``'s new residual [T, N]; weighted = h * norm_weight, rounded,
+        [T, N]; sums [P, T] float32, the sums of squares of h's rows in each program's
+        columns (P programs). See :class:`NormedRows`.
+    """
+    _check_projection("few_rows_add_norm", x, weight, bias)
+    t, n_in = x.shape
+    n_out = weight.shape[0]
+    if residual.shape != (t, n_out) or residual.dtype != x.dtype or residual.stride(1) != 1 or norm_weight.shape != (n_out,):
+        raise ValueError(f"few_rows_add_norm: residual {tuple(residual.shape)} ({residual.dtype}, unit stride along N) and "
+                         f"norm weight {tuple(norm_weight.shape)} must fit [{t}, {n_out}] in {x.dtype}")
+    programs = triton.cdiv(n_out, tile.block_n)
+    weighted = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
+    h = torch.empty_like(weighted)
+    sums = torch.empty(programs, t, dtype=torch.float32, device=x.device)
+    if t:
+        norm, normed = _norm_args(None, x, 0.0)
+        _few_rows_kernel[(programs,)](
+            x, weight, bias if bias is not None else weight, weighted, residual, norm_weight, h, sums, t, n_in, n_out,
+            x.stride(0), weight.stride(0), weighted.stride(0), residual.stride(0), h.stride(0), sums.stride(0), *norm,
+            **_launch(tile, t, x), **normed, HAS_BIAS=bias is not None, GATED=False, ADD_NORM=True,
+        )
+    return weighted, sums, h
+
+
+def _launch(tile: Tiling, t: int, x: torch.Tensor) -> dict:
+    """The launch's tiling parameters for ``t`` rows of x."""
+    block_m = max(16, triton.next_power_of_2(t))
+    return dict(BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
+                SWAP=tile.swap, num_warps=tile.warps, PRECISION=_precision(x))
 
 
 def _tile(x: torch.Tensor, weight: torch.Tensor, max_rows: int) -> Tiling | None:
@@ -240,20 +373,38 @@ def _tile(x: torch.Tensor, weight: torch.Tensor, max_rows: int) -> Tiling | None
     return tiling(weight.shape[0])
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+def linear(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
     """``F.linear`` whose few-row calls (at most ``max_rows`` rows, and ROW_LIMIT, of a wide
-    enough weight) take :func:`few_rows_linear`."""
-    tile = _tile(x, weight, max_rows)
-    return F.linear(x, weight, bias) if tile is None else few_rows_linear(x, weight, bias, tile)
+    enough weight) take :func:`few_rows_linear`; normed rows are finished by the kernel or
+    made dense for cuBLAS."""
+    rows, norm = _operand(x)
+    tile = _tile(rows, weight, max_rows)
+    return F.linear(_dense(x), weight, bias) if tile is None else few_rows_linear(rows, weight, bias, tile, **norm)
 
 
-def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
     """``silu_mul(F.linear(x, weight, bias))`` (weight [2I, K], gate rows then up rows -> [T, I]),
     in one launch of the few-row kernel where :func:`linear` would take it."""
-    tile = _tile(x, weight, max_rows)
+    rows, norm = _operand(x)
+    tile = _tile(rows, weight, max_rows)
     if tile is None or weight.shape[0] % 2:
-        return silu_mul(F.linear(x, weight, bias))
-    return few_rows_linear(x, weight, bias, tile, gated=True)
+        return silu_mul(F.linear(_dense(x), weight, bias))
+    return few_rows_linear(rows, weight, bias, tile, gated=True, **norm)
+
+
+def linear_add_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, norm_weight: torch.Tensor,
+    eps: float, max_rows: int = MAX_ROWS,
+) -> tuple[Rows, torch.Tensor]:
+    """``fused.add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)``: (RMSNorm of
+    the sum, the sum as the new residual). Where :func:`linear` would take the projection to the
+    kernel, one launch of :func:`few_rows_add_norm` and the norm as :class:`NormedRows`, for the
+    next projection (:func:`linear`, :func:`linear_silu_mul`, :func:`linear_rope_store`) to finish."""
+    tile = _tile(x, weight, max_rows)
+    if tile is None:
+        return add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)
+    weighted, sums, h = few_rows_add_norm(x, weight, bias, residual, norm_weight, tile)
+    return NormedRows(weighted, sums, h, norm_weight, eps), h
 
 
 def few_rows_rope_store(
@@ -268,6 +419,9 @@ def few_rows_rope_store(
     num_heads: int,
     num_kv_heads: int,
     tile: Tiling = WIDE,
+    *,
+    row_sums: torch.Tensor | None = None,
+    eps: float = 0.0,
 ) -> torch.Tensor:
     """``fused.rope_store`` of the q/k/v projection ``few_rows_linear(x, weight, bias, tile)`` in one
     launch: the projection's epilogue rotates and stores, rounding where the two kernels round
@@ -278,6 +432,7 @@ def few_rows_rope_store(
             rows, then the key heads', then the value heads'; bias: [that many] or None.
         positions, inv_freq, k_cache, v_cache, slots: as ``fused.rope_store``.
         tile: half a head's dims must hold whole blocks of ``tile.block_n // 2`` rotary pairs.
+        row_sums, eps: x's rows normed, as in :func:`few_rows_linear`.
     Returns:
         rotated q, [T, num_heads, D].
     """
@@ -289,6 +444,7 @@ def few_rows_rope_store(
     if (d // 2) % (tile.block_n // 2):
         raise ValueError(f"few_rows_rope_store: head dim {d} must hold whole blocks of {tile.block_n // 2} rotary pairs per half")
     _check_projection("few_rows_rope_store", x, weight, bias)
+    _check_sums("few_rows_rope_store", x, row_sums)
     if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
             or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype):
         raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
@@ -298,20 +454,18 @@ def few_rows_rope_store(
     q = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
     if t == 0:
         return q
-    block_m = max(16, triton.next_power_of_2(t))
+    norm, normed = _norm_args(row_sums, x, eps)
     _qkv_rope_kernel[(weight.shape[0] // tile.block_n,)](
         x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots, k_cache.shape[1],
         t, n_in, x.stride(0), weight.stride(0), q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2,
-        BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-        SWAP=tile.swap, HAS_BIAS=bias is not None, num_warps=tile.warps, PRECISION=_precision(x),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), *norm,
+        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x), **normed, HAS_BIAS=bias is not None,
     )
     return q
 
 
 def linear_rope_store(
-    x: torch.Tensor,
+    x: Rows,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     positions: torch.Tensor,
@@ -327,11 +481,13 @@ def linear_rope_store(
     num_heads query, then num_kv_heads key and value heads); in one launch of
     :func:`few_rows_rope_store` where :func:`linear` would take the projection to the kernel and
     the head dim fits its tiling. Returns rotated q, [T, num_heads, D]."""
-    t = x.shape[0]
+    rows, norm = _operand(x)
+    t = rows.shape[0]
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
-    tile = _tile(x, weight, max_rows)
+    tile = _tile(rows, weight, max_rows)
     if tile is not None and d * (num_heads + 2 * num_kv_heads) == weight.shape[0] and d % 2 == 0 and (d // 2) % (tile.block_n // 2) == 0:
-        return few_rows_rope_store(x, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile)
+        return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile,
+                                   **norm)
     q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
     return rope_store(q.view(t, num_heads, d), k.view(t, num_kv_heads, d), v.view(t, num_kv_heads, d),
                       positions, inv_freq, k_cache, v_cache, slots)

@@ -155,3 +155,17 @@ def linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype)
+
+
+def normed_linear_reference(
+    h: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """RMSNorm(h) [T, K] @ weight [N, K].T (+ bias [N]) as a projection of normed rows computes it
+    (``linear.NormedRows``): h * norm_weight rounded to h's dtype, multiplied in float32, each
+    row scaled by 1 / sqrt(mean(h²) + eps), then the bias; rounded once to h's dtype."""
+    hf = h.float()
+    weighted = (hf * norm_weight.float()).to(h.dtype).float()
+    out = (weighted @ weight.float().T) / torch.sqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(h.dtype)

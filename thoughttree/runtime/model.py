@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_rope_store, linear_silu_mul
+from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_add_norm, linear_rope_store, linear_silu_mul
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -84,8 +84,9 @@ class Transformer:
         # kernel where it fits the weight (kernels/linear.py); 0 leaves every one to cuBLAS.
         self.few_rows = MAX_ROWS
         # With ``fused``: where the few-row kernel takes them, the gate/up projection writes the
-        # SiLU product and the q/k/v projection rotates and stores in their epilogues; False
-        # launches silu_mul and rope_store after them instead.
+        # SiLU product, the q/k/v projection rotates and stores, and the attention output and MLP
+        # down projections add the residual and weigh the next norm's rows, in their epilogues;
+        # False launches silu_mul, rope_store and add_rms_norm after them instead.
         self.epilogues = True
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
@@ -112,10 +113,18 @@ class Transformer:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
             write = kv.write_slots[: kv.num_write]
         linear = self._linear()
-        x, residual = F.embedding(ids, w["embed"]), None
+        # With the epilogues on one GPU, the attention output and MLP down projections add the
+        # residual and leave the next norm to the projection after them (linear.NormedRows).
+        fold = self.fused and self.epilogues and self.reduce is _same
+
+        def project_add_norm(x: torch.Tensor, name: str, residual: torch.Tensor, norm: str, last: bool = False):
+            if fold and not last:
+                return linear_add_norm(x, w[name], w.get(name + "_bias"), residual, w[norm], eps, self.few_rows)
+            return add_norm(self.reduce(linear(x, w[name], w.get(name + "_bias"))), residual, w[norm], eps)
+
+        h, residual = add_norm(F.embedding(ids, w["embed"]), None, w["layers.0.ln1"], eps)
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
-            h, residual = add_norm(x, residual, w[p + "ln1"], eps)
             k_cache, v_cache = kv.caches(i)
             if self.fused and self.epilogues and not cfg.qk_norm:
                 q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
@@ -133,15 +142,15 @@ class Transformer:
                     q, k = rotate_reference(q, cos, sin), rotate_reference(k, cos, sin)
                     store_kv_reference(k_cache, v_cache, k[: kv.num_write], v[: kv.num_write], write)
             o = kv.attend(i, q).reshape(-1, hq * d)
-            x = self.reduce(linear(o, w[p + "o"], w.get(p + "o_bias")))
-            h, residual = add_norm(x, residual, w[p + "ln2"], eps)
+            h, residual = project_add_norm(o, p + "o", residual, p + "ln2")
             if self.fused and self.epilogues:
                 act = linear_silu_mul(h, w[p + "gate_up"], w.get(p + "gate_up_bias"), self.few_rows)
             else:
                 gate_up = linear(h, w[p + "gate_up"], w.get(p + "gate_up_bias"))
                 act = silu_mul(gate_up) if self.fused else silu_mul_reference(gate_up)
-            x = self.reduce(linear(act, w[p + "down"], w.get(p + "down_bias")))
-        return add_norm(x, residual, w["norm"], eps)[0]
+            last = i + 1 == cfg.num_layers
+            h, residual = project_add_norm(act, p + "down", residual, "norm" if last else f"layers.{i + 1}.ln1", last)
+        return h
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
