@@ -74,7 +74,12 @@ class RuntimeConfig:
     (``cuda_graphs=False`` runs the same steps eagerly); batches of more than
     ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory.
     ``collective_timeout_s`` bounds how long a tensor-parallel rank waits for the others (forming
-    the group, and in each collective) before it stops with an error.
+    the group, and in each collective) before it stops with an error. On CUDA, forwards of up
+    to ``few_row_projections`` rows (a decode step's) run each projection through a Triton kernel
+    that streams the weight once, where it fits the weight (0 leaves every projection to
+    cuBLAS; at most 64); with ``projection_epilogues`` those projections also form the SiLU
+    product, rotary + KV store, the residual add and RMSNorm themselves, so no small kernel
+    runs between them (False launches those kernels instead; tokens can differ by a rounding).
     """
 
     page_size: int = 16
@@ -84,6 +89,8 @@ class RuntimeConfig:
     cuda_graphs: bool = True
     graph_max_rows: int = 512
     collective_timeout_s: float = 300.0
+    few_row_projections: int = 32
+    projection_epilogues: bool = True
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -94,6 +101,8 @@ class RuntimeConfig:
             raise ValueError(f"kv_memory_bytes must be >= 1, got {self.kv_memory_bytes}")
         if self.graph_max_rows < 1:
             raise ValueError(f"graph_max_rows must be >= 1, got {self.graph_max_rows}")
+        if not 0 <= self.few_row_projections <= 64:
+            raise ValueError(f"few_row_projections must be between 0 (cuBLAS for all) and 64, got {self.few_row_projections}")
         if not self.collective_timeout_s > 0:
             raise ValueError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s!r}")
         if self.attention not in ("auto", "deft", "per_sequence", "reference"):

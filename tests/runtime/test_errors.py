@@ -109,11 +109,22 @@ def test_config_dimensions_are_checked_against_the_weights(tmp_path, arch, chang
 
 @pytest.mark.parametrize("field,value", [
     ("page_size", 0), ("num_pages", 0), ("kv_memory_bytes", 0), ("graph_max_rows", 0),
-    ("collective_timeout_s", 0.0), ("attention", "flash"),
+    ("collective_timeout_s", 0.0), ("attention", "flash"), ("few_row_projections", -1), ("few_row_projections", 65),
 ])
 def test_bad_runtime_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         RuntimeConfig(**{field: value})
+
+
+def test_projection_settings_reach_the_model_and_match_the_kernels_limits(tiny_model_dir) -> None:
+    from thoughttree.kernels import linear
+
+    assert RuntimeConfig().few_row_projections == linear.MAX_ROWS
+    rc = RuntimeConfig(num_pages=16, few_row_projections=linear.ROW_LIMIT, projection_epilogues=False)
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=rc)
+    assert (lm.model.few_rows, lm.model.epilogues) == (linear.ROW_LIMIT, False)
+    with pytest.raises(ValueError, match="between 0 .* and 64"):
+        RuntimeConfig(few_row_projections=linear.ROW_LIMIT + 1)
 
 
 def test_a_checkpoint_missing_a_tensor_names_it_and_extra_tensors_are_skipped(tmp_path) -> None:

@@ -25,8 +25,9 @@ DEV = "cuda" if CUDA else "cpu"
 DTYPE = "bfloat16" if CUDA else "float16"
 
 
-def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512) -> LM:
-    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft", cuda_graphs=graphs, graph_max_rows=max_rows)
+def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512, epilogues: bool = True) -> LM:
+    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft", cuda_graphs=graphs, graph_max_rows=max_rows,
+                       projection_epilogues=epilogues)
     lm = LM.from_pretrained(path, device=DEV, dtype=DTYPE, runtime=rc)
     lm.model.fused = fast  # the Triton layer pieces; the fast decode path needs them
     assert lm.engine.fast_decode == fast
@@ -467,8 +468,8 @@ def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monke
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     runs = []
     for epilogues in (True, False):
-        lm = _lm(model_dir, fast=True)
-        lm.model.epilogues = epilogues
+        lm = _lm(model_dir, fast=True, epilogues=epilogues)
+        assert lm.model.epilogues == epilogues and lm.model.few_rows == few_rows.MAX_ROWS
         before = len(folds)
         runs.append(_grow(lm, greedy, greedy)[1:])
         assert (len(folds) > before) == epilogues

@@ -62,6 +62,7 @@ class LM:
     def __init__(self, model: Transformer, tokenizer: Any, runtime: RuntimeConfig, path: str = "") -> None:
         cfg = model.cfg
         self.model, self.tokenizer, self.runtime, self.path = model, tokenizer, runtime, path
+        model.few_rows, model.epilogues = runtime.few_row_projections, runtime.projection_epilogues
         self._detokenize = Detokenizer(tokenizer)
         self.device = model.device
         pool = KVPool(

@@ -82,6 +82,8 @@ class Transformer:
         self.fused = device.type == "cuda"
         # With ``fused``: projections of up to this many rows (a decode step's) run the few-row
         # kernel where it fits the weight (kernels/linear.py); 0 leaves every one to cuBLAS.
+        # LM sets this and ``epilogues`` from its RuntimeConfig; benchmarks switch them between
+        # captures.
         self.few_rows = MAX_ROWS
         # With ``fused``: where the few-row kernel takes them, the gate/up projection writes the
         # SiLU product, the q/k/v projection rotates and stores, and the attention output and MLP
