@@ -4,11 +4,12 @@ Part one times each projection of a model shape at a few row counts, as a decode
 a CUDA graph of calls on distinct copies of the weight (more than L2 holds), so every call reads
 its weight from memory. Part two times graphed decode steps of a random model of that shape
 with the few-row kernel on and off, alternated in rounds (GPU time per step, medians);
-``--epilogues`` adds steps with the kernel but without its epilogues (``silu_mul`` and
-``rope_store`` launched after the gate/up and q/k/v projections).
+``--epilogues`` adds steps with the kernel but without its epilogues (``silu_mul``,
+``rope_store`` and ``add_rms_norm`` launched between the projections), ``--norm-epilogue``
+steps with every epilogue but the residual add and RMSNorm (``add_rms_norm`` launched).
 
     python benchmarks/few_rows.py --shape llama3-8b
-    python benchmarks/few_rows.py --rows "" --steps 2048x8,16384x16,4096x32 --epilogues
+    python benchmarks/few_rows.py --rows "" --steps 2048x8,16384x16,4096x32 --epilogues --norm-epilogue
 """
 
 from __future__ import annotations
@@ -100,27 +101,29 @@ def alone(shape: dict[str, int], rows: list[int], max_rows: int, bandwidth: floa
     console.print(table)
 
 
-def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list[int], epilogues: bool, rounds: int,
-             bandwidth: float, console: Console) -> None:
+def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list[int], epilogues: bool, norm_epilogue: bool,
+             rounds: int, bandwidth: float, console: Console) -> None:
     lm = random_lm(shape)
     weights, kv_token = step_bytes(lm)
-    # (column, row cap, epilogues): cuBLAS first, the ratios are to it.
-    variants = [("cuBLAS", 0, True)] + [(f"few-row kernel to {cap} rows", cap, True) for cap in caps]
+    # (column, row cap, epilogues, norm epilogue): cuBLAS first, the ratios are to it.
+    variants = [("cuBLAS", 0, True, True)] + [(f"few-row kernel to {cap} rows", cap, True, True) for cap in caps]
+    if norm_epilogue:
+        variants.append((f"to {max(caps)} rows, norms launched", max(caps), True, False))
     if epilogues:
-        variants.append((f"to {max(caps)} rows, no epilogues", max(caps), False))
+        variants.append((f"to {max(caps)} rows, no epilogues", max(caps), False, True))
     table = Table(title=f"graphed decode steps, GPU µs per step (median of {rounds} alternated rounds)", title_justify="left")
     table.add_column("prompt × branches", justify="right")
-    for name, _, _ in variants:
+    for name, *_ in variants:
         table.add_column(name, justify="right")
     table.add_column("byte floor", justify="right")
-    table.add_column("step ÷ floor (" + " / ".join(name for name, _, _ in variants) + ")", justify="right")
+    table.add_column("step ÷ floor (" + " / ".join(name for name, *_ in variants) + ")", justify="right")
     for prompt, branches in workloads:
         tree = ThoughtTree(lm, prompt=[1] + [(17 * i + 5) % shape["vocab"] for i in range(prompt - 1)], seed=0)
         tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=4, ignore_eos=True))
         times: list[list[float]] = [[] for _ in variants]
         for _ in range(rounds):
-            for (_, cap, fold), cell in zip(variants, times):
-                lm.model.few_rows, lm.model.epilogues = cap, fold
+            for (_, cap, fold, norm), cell in zip(variants, times):
+                lm.model.few_rows, lm.model.epilogues, lm.model.norm_epilogue = cap, fold, norm
                 lm.engine.arena = None  # capture the steps again with this setting
                 cell.append(step_us(lm, tree, branches))
         med = [statistics.median(t) for t in times]
@@ -128,7 +131,7 @@ def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list
         table.add_row(f"{prompt} × {branches}", f"{med[0]:.0f}", *(f"{m:.0f} ({m / med[0]:.3f})" for m in med[1:]), f"{floor:.0f}",
                       " / ".join(f"{m / floor:.2f}×" for m in med))
         del tree
-    lm.model.few_rows, lm.model.epilogues = few_rows.MAX_ROWS, True
+    lm.model.few_rows, lm.model.epilogues, lm.model.norm_epilogue = few_rows.MAX_ROWS, True, True
     console.print(table)
 
 
@@ -140,6 +143,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-rows", default=str(few_rows.MAX_ROWS), help="row caps of the few-row kernel to try (comma-separated; the largest also caps part one)")
     p.add_argument("--epilogues", action="store_true", help="also time steps at the largest cap without the projections' epilogues")
+    p.add_argument("--norm-epilogue", action="store_true", help="also time steps at the largest cap with add_rms_norm launched between the projections")
     args = p.parse_args()
     console = Console(width=180)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
@@ -152,7 +156,7 @@ def main() -> None:
         alone(shape, [int(r) for r in args.rows.split(",")], max(caps), bandwidth, console)
     if args.steps:
         workloads = [tuple(int(v) for v in w.split("x")) for w in args.steps.split(",")]
-        in_steps(shape, workloads, caps, args.epilogues, args.rounds, bandwidth, console)
+        in_steps(shape, workloads, caps, args.epilogues, args.norm_epilogue, args.rounds, bandwidth, console)
 
 
 if __name__ == "__main__":

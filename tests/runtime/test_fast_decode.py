@@ -25,9 +25,8 @@ DEV = "cuda" if CUDA else "cpu"
 DTYPE = "bfloat16" if CUDA else "float16"
 
 
-def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512, epilogues: bool = True) -> LM:
-    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft", cuda_graphs=graphs, graph_max_rows=max_rows,
-                       projection_epilogues=epilogues)
+def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512) -> LM:
+    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft", cuda_graphs=graphs, graph_max_rows=max_rows)
     lm = LM.from_pretrained(path, device=DEV, dtype=DTYPE, runtime=rc)
     lm.model.fused = fast  # the Triton layer pieces; the fast decode path needs them
     assert lm.engine.fast_decode == fast
@@ -459,20 +458,21 @@ def test_few_row_projections_in_graphs_equal_them_eagerly(model_dir, monkeypatch
 def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monkeypatch) -> None:
     """With the few-row kernel on every projection, the attention output and MLP down projections
     add the residual and leave RMSNorm to the projection after them (linear.NormedRows): the
-    same greedy tokens as with add_rms_norm launched between them, log-probabilities within
-    rounding; the CPU's one layer covers the attention output, the GPU's two layers MLP down too."""
+    same greedy tokens as with add_rms_norm launched between them (``norm_epilogue`` off, the
+    other epilogues on), log-probabilities within rounding; the CPU's one layer covers the
+    attention output, the GPU's two layers MLP down too."""
     _spy_few_row_projections(monkeypatch)
     folds: list[int] = []
     real = few_rows.few_rows_add_norm
     monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a: folds.append(x.shape[0]) or real(x, *a))
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     runs = []
-    for epilogues in (True, False):
-        lm = _lm(model_dir, fast=True, epilogues=epilogues)
-        assert lm.model.epilogues == epilogues and lm.model.few_rows == few_rows.MAX_ROWS
+    for fold in (True, False):
+        lm = _lm(model_dir, fast=True)
+        lm.model.norm_epilogue = fold
         before = len(folds)
         runs.append(_grow(lm, greedy, greedy)[1:])
-        assert (len(folds) > before) == epilogues
+        assert (len(folds) > before) == fold
         assert lm.stats.fast_steps > 0
     assert runs[0][0] == runs[1][0]
     for a, b in zip(runs[0][1], runs[1][1]):

@@ -90,6 +90,10 @@ class Transformer:
         # down projections add the residual and weigh the next norm's rows, in their epilogues;
         # False launches silu_mul, rope_store and add_rms_norm after them instead.
         self.epilogues = True
+        # With ``epilogues`` on one GPU: the attention output and MLP down projections add the
+        # residual and leave the next norm to the projection after them (linear.NormedRows);
+        # False launches add_rms_norm between them (for A/B runs; a rounding of the normed rows moves).
+        self.norm_epilogue = True
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -115,9 +119,7 @@ class Transformer:
             cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
             write = kv.write_slots[: kv.num_write]
         linear = self._linear()
-        # With the epilogues on one GPU, the attention output and MLP down projections add the
-        # residual and leave the next norm to the projection after them (linear.NormedRows).
-        fold = self.fused and self.epilogues and self.reduce is _same
+        fold = self.fused and self.epilogues and self.norm_epilogue and self.reduce is _same
 
         def project_add_norm(x: torch.Tensor, name: str, residual: torch.Tensor, norm: str, last: bool = False):
             if fold and not last:
