@@ -261,3 +261,19 @@ def test_merge_heads_fit_the_model() -> None:
     assert merge_heads(None, 4096, 32, 1, 128) == 4  # one query head per KV head
     with pytest.raises(ValueError, match="merge_heads must be a power of two"):
         WorkConfig(merge_heads=3)
+
+
+@pytest.mark.parametrize("chains", [True, False])
+def test_paths_of_nodes_read_as_one(chains: bool) -> None:
+    # Root (0) -> 1 -> 3 -> 4, node 2 (a child of the root with no queries) stored between 1 and
+    # 3: chains {0, 1} and {3, 4}, each cut into 64-key chunks across its nodes' boundary; node
+    # 4's own queries see causal prefixes of it, and the chunk that starts in node 3 starts at a
+    # negative key of node 4.
+    parents, lengths = [-1, 0, 0, 1, 3], [40, 97, 9, 37, 120]
+    qn, visible = [4] * 6, [1, 7, 120, 120, 63, 2]
+    q, k, v, plan = build(parents, lengths, qn, visible, h_q=8, h_kv=2, page_size=16, **CPU)
+    config = replace(SMALL_CHUNKS, chains=chains)
+    work = deft_work(plan, 8, 2, CPU["d"], config)
+    assert set(work.items[:, 3].tolist()) == ({1, 4} if chains else {0, 1, 3, 4})
+    assert (work.items[:, 2].min().item() < 0) == chains
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)

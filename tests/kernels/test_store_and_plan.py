@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -311,16 +313,19 @@ def test_a_launch_of_short_shared_nodes_is_read_by_the_merges() -> None:
     assert set(host.items[:, 3]) == {0} and (host.own_len[0] == 128).all()
     host = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132, fold_launches=False))
     assert set(host.items[:, 3]) == set(range(9)) and not host.own_len.any()
-    # Not where a child is longer than fold_own, its queries' own keys would exceed it (a 64-key
-    # child under a 100-key middle node), the folded reads (16 x 128 keys x 4 queries) would
-    # outgrow the prompt's (1024 keys x 4 blocks), or the prompt's launch takes an SM per
-    # program (a 4k prompt's 64 queries in 128-row tiles: the children's programs run beside).
-    for plan, cfg in ((_children_plan(2048, 8, 128, 4), WorkConfig(num_sms=132, fold_own=100)),
-                      (_children_plan(8192, 4, 64, 4, mid=100), WorkConfig(num_sms=132)),
-                      (_children_plan(1024, 16, 128, 4), WorkConfig(num_sms=132)),
-                      (_children_plan(4096, 16, 64, 4), WorkConfig(num_sms=132))):
+    # Not where a child is longer than fold_own, or its queries' own keys would exceed it (a
+    # 64-key child under a 100-key middle node, unchained: chained, the pair is one 164-key node,
+    # named by the child), the folded reads (16 x 128 keys x 4 queries) would outgrow the
+    # prompt's (1024 keys x 4 blocks), or the prompt's launch takes an SM per program (a 4k
+    # prompt's 64 queries in 128-row tiles: the children's programs run beside).
+    mids = _children_plan(8192, 4, 64, 4, mid=100)
+    for plan, cfg, nodes in ((_children_plan(2048, 8, 128, 4), WorkConfig(num_sms=132, fold_own=100), range(9)),
+                             (mids, WorkConfig(num_sms=132, chains=False), range(9)),
+                             (mids, WorkConfig(num_sms=132), range(0, 9, 2)),
+                             (_children_plan(1024, 16, 128, 4), WorkConfig(num_sms=132), range(17)),
+                             (_children_plan(4096, 16, 64, 4), WorkConfig(num_sms=132), range(17))):
         host = tree_host_work(plan, 32, 8, 128, cfg)
-        assert set(host.items[:, 3]) == set(range(plan.num_nodes)) and not host.own_len.any()
+        assert set(host.items[:, 3]) == set(nodes) and not host.own_len.any()
     # Nor where a child's own queries see a causal prefix of it (a prefill), measured on decode only.
     plan = _children_plan(2048, 8, 128, 4)
     visible = np.full(plan.num_queries, 128)
@@ -400,3 +405,41 @@ def test_an_item_holds_exactly_the_keys_its_queries_see(draws: list[int], seed: 
             for r in range(q_start, q_start + q_count)
         ]
         assert length == max(seen) and min(seen) >= 1
+
+
+def _path_plan(cuts: list[int], total: int = 4096, queries: int = 32):
+    """A path of ``total`` keys cut at ``cuts`` into nodes, ``queries`` queries on its last token."""
+    bounds = [0, *cuts, total]
+    return plan_tree_attention(list(range(-1, len(bounds) - 2)), [np.arange(a, b) for a, b in zip(bounds, bounds[1:])],
+                               [len(bounds) - 2] * queries, page_size=16, device="cpu")
+
+
+@pytest.mark.parametrize("cuts", [[64], [2000], [1000, 2000, 3000]])
+def test_a_path_cut_into_nodes_is_chunked_as_one_node(cuts: list[int]) -> None:
+    # 32 queries below a 4096-key path, whole or cut into nodes (a search expanding a node at
+    # depth d): the same chunks of slots and queries, each named by the path's deepest node
+    # with its start in that node's keys (negative: above it). Unchained, each node alone.
+    cfg = WorkConfig(num_sms=132, wide_tiles=(129, 4096))
+    whole = tree_host_work(_path_plan([]), 32, 8, 128, cfg).items
+    plan = _path_plan(cuts)
+    items = tree_host_work(plan, 32, 8, 128, cfg).items
+    same = [0, 1, 4, 5, 6]  # first slot, keys, queries, partial rows
+    np.testing.assert_array_equal(items[:, same], whole[:, same])
+    assert (items[:, 3] == plan.num_nodes - 1).all()
+    np.testing.assert_array_equal(items[:, 2], whole[:, 2] - cuts[-1])
+    alone = tree_host_work(plan, 32, 8, 128, replace(cfg, chains=False)).items
+    assert set(alone[:, 3]) == set(range(plan.num_nodes))
+
+
+def test_a_chain_ends_where_slots_are_not_stored_in_order_or_queries_differ() -> None:
+    # Root (0) -> 1 -> 3 -> 4 with queries on 4 and one on 3; node 2, a child of the root with no
+    # queries, is stored between 1 and 3. Chained: 0 and 1 (stored in order, the same queries);
+    # not 1 and 3 (slots apart), nor 3 and 4 (3 has a query of its own).
+    lengths = [300, 200, 50, 400, 500]
+    bounds = np.cumsum([0, *lengths])
+    plan = plan_tree_attention([-1, 0, 0, 1, 3], [np.arange(a, b) for a, b in zip(bounds, bounds[1:])],
+                               [4] * 8 + [3], page_size=16, device="cpu")
+    items = tree_host_work(plan, 32, 8, 128, WorkConfig(num_sms=132)).items
+    assert set(items[:, 3]) == {1, 3, 4}
+    chain = items[items[:, 3] == 1]
+    assert chain[:, 0].min() == 0 and (chain[:, 0] + chain[:, 1]).max() == 500 and chain[:, 2].min() == -300

@@ -69,6 +69,10 @@ class WorkConfig:
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
     H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
     node's keys read by half as many blocks), and lose on short nodes (too few programs).
+    chains: a path of shared nodes that the same queries see (each the only child of the one
+    above it with queries below it, its slots stored right after that one's) is chunked as one
+    node, so how a prompt is cut into nodes does not change a call's work: a search that
+    expands one node at depth d has such a path from the root. False chunks every node alone.
     """
 
     waves: float | None = None
@@ -83,6 +87,7 @@ class WorkConfig:
     fold_launches: bool = True
     own_block: int | None = None
     wide_tiles: tuple[int, int] = (128, 4096)
+    chains: bool = True
     # SMs the class whose programs each take an SM (the 128-row tiles) is sized for where other
     # launches share the call; None: the share :func:`_wide_split` gives it; 0: all of them, as
     # every other class.
@@ -446,8 +451,8 @@ def _wide_split(
 
 
 def _short_launches(
-    plan: TreePlan, small: np.ndarray, nodes: np.ndarray, cls: np.ndarray, lengths: np.ndarray, queries: np.ndarray,
-    per_block: np.ndarray, shares_sms: np.ndarray, cfg: WorkConfig,
+    plan: TreePlan, small: np.ndarray, chain_of: np.ndarray, nodes: np.ndarray, cls: np.ndarray, lengths: np.ndarray,
+    queries: np.ndarray, per_block: np.ndarray, shares_sms: np.ndarray, cfg: WorkConfig,
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
     """([N] bool over the shared nodes: those of the launches better read by each query's merge,
     the queries' paths through the nodes then read by the merges as ``plan.path_slots`` gives
@@ -467,9 +472,10 @@ def _short_launches(
     causal prefix of it (a prefill's: the rule was measured on decode steps), or, without
     ``fold_unshared``, if only one query sees one of its nodes.
 
-    small: [nodes of the plan] bool, the nodes already read by the merges; nodes, cls, lengths,
-    queries: [N] per shared node; per_block, shares_sms: [K] queries per tile and whether an SM
-    holds several programs, per class.
+    small: [nodes of the plan] bool, the nodes already read by the merges; chain_of: [nodes of
+    the plan] the chain (:func:`_chains`) of each shared node; nodes, cls, lengths, queries: [N]
+    per chain; per_block, shares_sms: [K] queries per tile and whether an SM holds several
+    programs, per class.
     """
     long = lengths > cfg.fold_own
     if long.all() or (cls == cls[0]).all():  # no short node, or one launch
@@ -492,8 +498,7 @@ def _short_launches(
     fold = short[cls]
     if not fold.any() or (lengths * queries)[fold].sum() > reads[~fold].sum():
         return None
-    trial = small.copy()
-    trial[nodes[fold]] = True
+    trial = small | np.isin(chain_of, nodes[fold])
     paths = plan.path_slots(trial)
     offsets = paths[0]
     return None if (offsets[1:] - offsets[:-1]).max() > cfg.fold_own else (fold, paths)
@@ -693,6 +698,44 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
     return 1.0 + block_m / 64.0
 
 
+def _chains(plan: TreePlan, nodes: np.ndarray, queries: np.ndarray, join: bool) -> tuple[np.ndarray, ...]:
+    """The shared nodes ``nodes`` ([N'] ascending) gathered into chains read as one node.
+
+    A node joins its parent's chain where the parent is shared too, the same queries are below
+    both (so the parent has none of its own and no other child with queries), and its slots
+    follow the parent's in the plan. A chain is named by its deepest node, the only one that
+    may have queries of its own. ``queries``: [N] queries below each node of the plan;
+    ``join``: False leaves every node a chain of its own.
+
+    Returns (ends [C] the chains' deepest nodes, ascending; lengths [C] their keys; above [C]
+    the keys of a chain above its deepest node; first [C] the chain's first slot in
+    ``plan.slots``; chain_of [N] each shared node's chain end, -1 for the plan's other nodes).
+    """
+    chain_of = np.full(plan.num_nodes, -1, dtype=np.int64)
+    off, lengths = plan.node_offsets, plan.node_lengths
+    if join and len(nodes) > 1:
+        parent = np.maximum(plan.parents[nodes], 0)
+        shared = np.zeros(plan.num_nodes, dtype=bool)
+        shared[nodes] = True
+        joins = (plan.parents[nodes] >= 0) & shared[parent] & (queries[parent] == queries[nodes])
+        joins &= off[parent] + lengths[parent] == off[nodes]
+        if joins.any():
+            head = np.arange(plan.num_nodes)
+            head[nodes[joins]] = parent[joins]
+            while True:  # pointer jumping: every node to the head of its chain
+                higher = head[head]
+                if (higher == head).all():
+                    break
+                head = higher
+            ends = nodes[~np.isin(nodes, parent[joins])]
+            chain_of[head[ends]] = ends
+            chain_of[nodes] = chain_of[head[nodes]]
+            first = off[head[ends]]
+            return ends, off[ends] + lengths[ends] - first, off[ends] - first, first, chain_of
+    chain_of[nodes] = nodes
+    return nodes, lengths[nodes], np.zeros(len(nodes), dtype=np.int64), off[nodes], chain_of
+
+
 def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """DeFT work items: each node's KV in balanced chunks, each chunk with the queries below it."""
     group = num_q_heads // num_kv_heads
@@ -710,8 +753,10 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     small = lengths < cfg.small_node
     if cfg.fold_unshared:
         small |= (hi - lo == 1) & (lengths <= cfg.fold_own)
-    nodes = ((hi > lo) & (lengths > 0) & ~small).nonzero()[0]
-    n_len, n_queries = lengths[nodes], (hi - lo)[nodes]
+    shared = ((hi > lo) & (lengths > 0) & ~small).nonzero()[0]
+    # From here on a node is a chain of shared nodes, named by its deepest one (see _chains).
+    nodes, n_len, above, first, chain_of = _chains(plan, shared, hi - lo, cfg.chains)
+    n_queries = (hi - lo)[nodes]
     rows = n_queries * group
     cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
     narrow = int(bm_of.searchsorted(64, side="right")) - 1  # the largest class of at most 64 rows
@@ -725,11 +770,11 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         cls = _fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     own_paths = None  # each query's path through the nodes its merge reads, when already walked
     if cfg.fold_launches:
-        folded = _short_launches(plan, small, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
+        folded = _short_launches(plan, small, chain_of, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
         if folded is not None:
             fold, own_paths = folded
-            small[nodes[fold]] = True
-            nodes, n_len, n_queries, cls = (a[~fold] for a in (nodes, n_len, n_queries, cls))
+            small[np.isin(chain_of, nodes[fold])] = True
+            nodes, n_len, n_queries, cls, above, first = (a[~fold] for a in (nodes, n_len, n_queries, cls, above, first))
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-n_queries // per_block)
     cost = _cost(bm_of[cls])
@@ -762,13 +807,16 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         target = float(work.sum()) * num_kv_heads / (cfg.waves * limits[0])
         chunk = _chunk_sizes(chunk_args[0], chunk_args[1], n_len, target, chunk_args[2])
         nchunks = -(-n_len // chunk)
-    # One row per chunk.
+    # One row per chunk: keys [c0, c1) of its chain, whose deepest node starts at the chain's key
+    # c_above; t0 is the chunk's start in that node's keys (negative: the chain above it).
     c_node = nodes.repeat(nchunks)
     c_idx = concat_ranges(0, nchunks)
-    c_size, c_cls, c_per = (a.repeat(nchunks) for a in (chunk, cls, per_block))
-    t0 = c_idx * c_size
-    t1 = np.minimum(t0 + c_size, lengths[c_node])
-    q_first = skey.searchsorted(pre[c_node] * big + t0, side="right")  # skip queries seeing < t0
+    c_size, c_cls, c_per, c_len, c_above = (a.repeat(nchunks) for a in (chunk, cls, per_block, n_len, above))
+    c0 = c_idx * c_size
+    c1 = np.minimum(c0 + c_size, c_len)
+    t0 = c0 - c_above
+    # Skip the node's own queries that see no key past t0 (the queries below a node start at lo).
+    q_first = np.maximum(skey.searchsorted(pre[c_node] * big + t0, side="right"), lo[c_node])
     q_end = hi[c_node]
     c_blocks = -(-(q_end - q_first) // c_per)
     # One row per item: a chunk times a block of the queries below it.
@@ -782,9 +830,9 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     # The kernels size their loops by this column, so their first K/V loads wait for no query.
     q_node, q_vis = qn[q_perm], qv[q_perm]
     last = i_qstart + i_count - 1
-    i_len = (t1 - t0)[i_chunk]
+    i_len = (c1 - c0)[i_chunk]
     i_len = np.where(q_node[last] == i_node, np.minimum(q_vis[last] - i_t0, i_len), i_len)
-    items = item_rows(len(i_chunk), plan.node_offsets[i_node] + i_t0, i_len, i_t0, i_node, i_qstart, i_count)
+    items = item_rows(len(i_chunk), (first.repeat(nchunks) + c0)[i_chunk], i_len, i_t0, i_node, i_qstart, i_count)
     own_slots, own_items, own_start, fold_len = _own_work(plan, small, q_perm, cfg, own_paths)
     return layout(
         plan.num_queries,
