@@ -81,7 +81,7 @@ def main() -> None:
     for _ in range(2):
         tree.expand([tree.root], n=args.branches, sampling=Sampling(max_tokens=16, ignore_eos=True))
     arena = lm.engine.arena
-    graph = arena.graphs[max(arena.graphs)][0]
+    graph = arena.last_graph
     steps = 10
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):

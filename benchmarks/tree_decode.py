@@ -96,9 +96,9 @@ def copy_bandwidth() -> float:
 def step_gpu_seconds(lm: LM, replays: int = 10) -> float:
     """GPU time of one decode step: the last step's graph replayed back to back under CUDA events."""
     arena = lm.engine.arena
-    if arena is None or not arena.graphs:
+    if arena is None or arena.last_graph is None:
         return float("nan")
-    graph = arena.graphs[max(arena.graphs)][0]
+    graph = arena.last_graph  # not the largest bucket's: rows past the last step's are stale there
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     graph.replay()
     start.record()

@@ -17,7 +17,7 @@ from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig, workplan
 from thoughttree.kernels import linear as few_rows
 from thoughttree.runtime.engine import DecodeRequest
-from thoughttree.runtime.graphs import Capacity, DecodeArena
+from thoughttree.runtime.graphs import Capacity, DecodeArena, row_bucket
 from thoughttree.runtime.kv_pool import KVPoolExhausted
 
 CUDA = torch.cuda.is_available()
@@ -341,11 +341,13 @@ def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) 
         tree.materialize()
         lm.engine.arena_for(Capacity(64, 4096, (64, 64, 64), 4096, 64), lm.engine.arena.shapes)  # room for both batches
         warm_ups.clear()
-        kids = [tree.expand([tree.root], n=n, sampling=greedy)[0] for n in (2, 7)]
+        kids = [tree.expand([tree.root], n=n, sampling=greedy)[0] for n in (7, 2)]
         lm.check_integrity(tree)
         runs.append([k.tokens for ks in kids for k in ks])
         if graphs:
-            assert len(lm.engine.arena.graphs) == 2 and warm_ups.count(True) <= 1 and warm_ups.count(False) >= 1
+            arena = lm.engine.arena
+            assert len(arena.graphs) == 2 and warm_ups.count(True) <= 1 and warm_ups.count(False) >= 1
+            assert arena.last_graph is arena.graphs[row_bucket(2)][0]  # the last step's, not the largest bucket's
     assert runs[0] == runs[1]
 
 

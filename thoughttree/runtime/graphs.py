@@ -114,6 +114,7 @@ class DecodeArena:
         # The arena's graphs share one memory pool, which lives as long as they do.
         self.mempool = torch.cuda.graph_pool_handle() if graphs else None
         self.replayed = False  # whether the last step replayed a graph
+        self.last_graph: torch.cuda.CUDAGraph | None = None  # the graph it replayed (for timing it again)
         # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
         # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts,
         # own_start, own_len, and whether the tails are folded into the merge.
@@ -260,6 +261,7 @@ class DecodeArena:
             self.warmed.add(warm)
         graph, out = graphs[key]
         graph.replay()
+        self.last_graph = graph
         return out
 
     def publish(self) -> int:
