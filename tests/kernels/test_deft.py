@@ -277,3 +277,17 @@ def test_paths_of_nodes_read_as_one(chains: bool) -> None:
     assert set(work.items[:, 3].tolist()) == ({1, 4} if chains else {0, 1, 3, 4})
     assert (work.items[:, 2].min().item() < 0) == chains
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
+def test_a_folded_launch_of_chains_reads_every_node_of_them() -> None:
+    # A 600-key prompt's four paths of two 20-key nodes, two queries at the end of each: each
+    # path is one 40-key chain, and their launch beside the prompt's is read by the merges, every
+    # query reading both nodes of its chain; as its own launch (fold_launches=False), exact too.
+    parents, lengths = [-1, 0, 1, 0, 3, 0, 5, 0, 7], [600] + [20] * 8
+    q, k, v, plan = build(parents, lengths, [2, 2, 4, 4, 6, 6, 8, 8], None, h_q=8, h_kv=2, page_size=16, **CPU)
+    config = WorkConfig(num_sms=32, min_chunk=16)
+    work = deft_work(plan, 8, 2, CPU["d"], config)
+    assert set(work.items[:, 3].tolist()) == {0} and (work.own_len[0] == 40).all()
+    for cfg in (config, replace(config, fold_launches=False)):
+        assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
+    assert set(deft_work(plan, 8, 2, CPU["d"], replace(config, fold_launches=False)).items[:, 3].tolist()) == {0, 2, 4, 6, 8}
