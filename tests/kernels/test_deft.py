@@ -291,3 +291,29 @@ def test_a_folded_launch_of_chains_reads_every_node_of_them() -> None:
     for cfg in (config, replace(config, fold_launches=False)):
         assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
     assert set(deft_work(plan, 8, 2, CPU["d"], replace(config, fold_launches=False)).items[:, 3].tolist()) == {0, 2, 4, 6, 8}
+
+
+@st.composite
+def _cut_path(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list[int]]:
+    # A path of nodes (some shorter than small_node), queries on its last node seeing causal
+    # prefixes of it, and leaves below it: the chains cut the path where they can.
+    lengths = draw(st.lists(st.sampled_from([1, 5, 9, 23, 40, 70]), min_size=2, max_size=6))
+    leaves = draw(st.lists(st.sampled_from([1, 3, 30]), max_size=3))
+    last = len(lengths) - 1
+    parents = list(range(-1, last)) + [last] * len(leaves)
+    own = draw(st.lists(st.integers(1, lengths[-1]), max_size=4))
+    queries = [last] * len(own) + list(range(last + 1, last + 1 + len(leaves)))
+    if not queries:
+        queries, own = [last], [lengths[-1]]
+    visible = own + [n for n in leaves]
+    return parents, lengths + leaves, queries, visible
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=_cut_path(), config=st.sampled_from([SMALL_CHUNKS, BY_ROUNDS, ALL_OWN]))
+def test_random_paths_read_as_chains(tree: tuple, config: WorkConfig) -> None:
+    parents, lengths, queries, visible = tree
+    q, k, v, plan = build(parents, lengths, queries, visible, h_q=4, h_kv=1, page_size=7, **CPU)
+    out = deft_tree_attention(q, k, v, plan, config=config)
+    assert_close_to_reference(out, q, k, v, plan)
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=replace(config, chains=False)), q, k, v, plan)
