@@ -305,7 +305,7 @@ def _cut_path(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list[in
     queries = [last] * len(own) + list(range(last + 1, last + 1 + len(leaves)))
     if not queries:
         queries, own = [last], [lengths[-1]]
-    visible = own + [n for n in leaves]
+    visible = own + leaves  # a leaf's query sees all of it
     return parents, lengths + leaves, queries, visible
 
 
