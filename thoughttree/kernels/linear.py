@@ -407,6 +407,19 @@ def linear_add_norm(
     return NormedRows(weighted, sums, h, norm_weight, eps), h
 
 
+def _rope_misfit(weight_rows: int, num_heads: int, num_kv_heads: int, tile: Tiling) -> str | None:
+    """Why a q/k/v weight of ``weight_rows`` rows cannot take the rotary epilogue in ``tile``
+    (the rows are not the heads of one even head dim, or half a head holds no whole block of the
+    tile's rotary pairs); None where it can."""
+    heads = num_heads + 2 * num_kv_heads
+    d = weight_rows // heads
+    if d * heads != weight_rows or d % 2:
+        return f"weight rows {weight_rows} are not {num_heads} + 2 x {num_kv_heads} heads of an even head dim"
+    if (d // 2) % (tile.block_n // 2):
+        return f"head dim {d} must hold whole blocks of {tile.block_n // 2} rotary pairs per half"
+    return None
+
+
 def few_rows_rope_store(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -438,11 +451,11 @@ def few_rows_rope_store(
     """
     t, n_in = x.shape
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
-    if d * (num_heads + 2 * num_kv_heads) != weight.shape[0] or d % 2 or inv_freq.shape != (d // 2,):
-        raise ValueError(f"few_rows_rope_store: weight rows {weight.shape[0]} are not {num_heads} + 2 x {num_kv_heads} heads "
-                         f"of an even head dim with inv_freq {tuple(inv_freq.shape)}")
-    if (d // 2) % (tile.block_n // 2):
-        raise ValueError(f"few_rows_rope_store: head dim {d} must hold whole blocks of {tile.block_n // 2} rotary pairs per half")
+    misfit = _rope_misfit(weight.shape[0], num_heads, num_kv_heads, tile)
+    if misfit is not None:
+        raise ValueError(f"few_rows_rope_store: {misfit}")
+    if inv_freq.shape != (d // 2,):
+        raise ValueError(f"few_rows_rope_store: inv_freq {tuple(inv_freq.shape)} must hold {d // 2} frequencies (half the head dim)")
     _check_projection("few_rows_rope_store", x, weight, bias)
     _check_sums("few_rows_rope_store", x, row_sums)
     if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
@@ -485,7 +498,7 @@ def linear_rope_store(
     t = rows.shape[0]
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
     tile = _tile(rows, weight, max_rows)
-    if tile is not None and d * (num_heads + 2 * num_kv_heads) == weight.shape[0] and d % 2 == 0 and (d // 2) % (tile.block_n // 2) == 0:
+    if tile is not None and _rope_misfit(weight.shape[0], num_heads, num_kv_heads, tile) is None:
         return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile,
                                    **norm)
     q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
