@@ -750,13 +750,14 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     skey = key[q_perm]
     lo = skey.searchsorted(pre * big, side="left")
     hi = skey.searchsorted((pre + size) * big, side="left")
+    below = hi - lo  # [N] queries below each node
     small = lengths < cfg.small_node
     if cfg.fold_unshared:
-        small |= (hi - lo == 1) & (lengths <= cfg.fold_own)
-    shared = ((hi > lo) & (lengths > 0) & ~small).nonzero()[0]
+        small |= (below == 1) & (lengths <= cfg.fold_own)
+    shared = ((below > 0) & (lengths > 0) & ~small).nonzero()[0]
     # From here on a node is a chain of shared nodes, named by its deepest one (see _chains).
-    nodes, n_len, above, first, chain_of = _chains(plan, shared, hi - lo, cfg.chains)
-    n_queries = (hi - lo)[nodes]
+    nodes, n_len, above, first, chain_of = _chains(plan, shared, below, cfg.chains)
+    n_queries = below[nodes]
     rows = n_queries * group
     cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
     narrow = int(bm_of.searchsorted(64, side="right")) - 1  # the largest class of at most 64 rows
