@@ -44,9 +44,11 @@ SETS = {
     # Search steps: samples of several children of a prompt (fold_launches).
     "children": ((1024, 5, 64, 8, 64), (2048, 8, 128, 4, 128), (4096, 16, 64, 4, 64), (1024, 32, 32, 2, 64),
                  (4096, 8, 96, 4, 96), (4096, 4, 256, 16, 128), (2048, 5, 200, 8, 256)),
-    # Branches of a deep node: the prompt cut into a path of nodes (chains).
+    # Branches of a deep node: the prompt cut into a path of nodes (chains), some of them shorter
+    # than small_node (thoughts split where siblings share a few tokens).
     "paths": (((4096,), 32, 64), ((64, 4032), 32, 64), ((4096, 64), 32, 64), ((4096, 64), 64, 64), ((64, 4032), 64, 64),
-              ((2048, 48, 48), 5, 48), ((2048, 48, 48, 48), 25, 48), ((16384, 64), 16, 64)),
+              ((2048, 48, 48), 5, 48), ((2048, 48, 48, 48), 25, 48), ((16384, 64), 16, 64),
+              ((64, 3, 4029), 32, 64), ((2048, 3, 45, 3, 45, 3, 45), 25, 48), ((16384, 3, 61), 16, 64)),
 }
 Workload = tuple  # (prompt or path of node lengths, branches, tokens) or (prompt, parents, parent_tokens, samples, tokens)
 

@@ -279,6 +279,20 @@ def test_paths_of_nodes_read_as_one(chains: bool) -> None:
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
 
 
+@pytest.mark.parametrize("chains", [True, False])
+def test_short_nodes_join_a_chain(chains: bool) -> None:
+    # A path 50 -> 3 -> 60 -> 2 keys with queries on its last node, seeing causal prefixes of it:
+    # chained, one chain of 115 keys read by partial items (the 3- and 2-key nodes too, so the
+    # merges read no keys of their own); unchained, the two short nodes read by each query's merge.
+    parents, lengths = [-1, 0, 1, 2], [50, 3, 60, 2]
+    q, k, v, plan = build(parents, lengths, [3] * 4, [1, 2, 2, 1], h_q=8, h_kv=2, page_size=16, **CPU)
+    config = replace(SMALL_CHUNKS, chains=chains)
+    work = deft_work(plan, 8, 2, CPU["d"], config)
+    assert set(work.items[:, 3].tolist()) == ({3} if chains else {0, 2})
+    assert (work.own_len is None) == chains  # no query reads keys of its own
+    assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=config), q, k, v, plan)
+
+
 def test_a_folded_launch_of_chains_reads_every_node_of_them() -> None:
     # A 600-key prompt's four paths of two 20-key nodes, two queries at the end of each: each
     # path is one 40-key chain, and their launch beside the prompt's is read by the merges, every

@@ -414,11 +414,12 @@ def _path_plan(cuts: list[int], total: int = 4096, queries: int = 32):
                                [len(bounds) - 2] * queries, page_size=16, device="cpu")
 
 
-@pytest.mark.parametrize("cuts", [[64], [2000], [1000, 2000, 3000]])
+@pytest.mark.parametrize("cuts", [[64], [2000], [1000, 2000, 3000], [2000, 2003], [5], [4093], [1, 2, 3, 3000]])
 def test_a_path_cut_into_nodes_is_chunked_as_one_node(cuts: list[int]) -> None:
     # 32 queries below a 4096-key path, whole or cut into nodes (a search expanding a node at
-    # depth d): the same chunks of slots and queries, each named by the path's deepest node
-    # with its start in that node's keys (negative: above it). Unchained, each node alone.
+    # depth d), some shorter than small_node: the same chunks of slots and queries, each named
+    # by the path's deepest node with its start in that node's keys (negative: above it), and
+    # no keys left to the merges. Unchained, each node alone, the short ones read by the merges.
     cfg = WorkConfig(num_sms=132, wide_tiles=(129, 4096))
     whole = tree_host_work(_path_plan([]), 32, 8, 128, cfg).items
     plan = _path_plan(cuts)
@@ -427,8 +428,10 @@ def test_a_path_cut_into_nodes_is_chunked_as_one_node(cuts: list[int]) -> None:
     np.testing.assert_array_equal(items[:, same], whole[:, same])
     assert (items[:, 3] == plan.num_nodes - 1).all()
     np.testing.assert_array_equal(items[:, 2], whole[:, 2] - cuts[-1])
-    alone = tree_host_work(plan, 32, 8, 128, replace(cfg, chains=False)).items
-    assert set(alone[:, 3]) == set(range(plan.num_nodes))
+    assert not tree_host_work(plan, 32, 8, 128, cfg).own_len.any()
+    alone = tree_host_work(plan, 32, 8, 128, replace(cfg, chains=False))
+    assert set(alone.items[:, 3]) == set((plan.node_lengths >= cfg.small_node).nonzero()[0])
+    assert (alone.own_len[0] == (plan.node_lengths * (plan.node_lengths < cfg.small_node)).sum()).all()
 
 
 def test_a_chain_ends_where_slots_are_not_stored_in_order_or_queries_differ() -> None:

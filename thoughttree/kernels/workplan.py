@@ -43,9 +43,10 @@ class WorkConfig:
     each of ``rounds``: how many rounds its launch may take. num_sms: None = the device's; min_chunk: fewest KV
     tokens per chunk, None = four times the tile's rows (so a chunk's fp32 partials stay small
     next to its KV); max_block_m: cap on a tile's query rows (16, 64 or 128), None = the largest that fits;
-    small_node: nodes shorter than this are not shared: each query reads their tokens itself,
-    together with its other short nodes (a speculative token tree's one-token nodes would
-    otherwise each cost every query below them a partial output that is bigger than the node).
+    small_node: nodes shorter than this (chains of them, where ``chains``) are not shared: each
+    query reads their tokens itself, together with its other short nodes (a speculative token
+    tree's one-token nodes would otherwise each cost every query below them a partial output
+    that is bigger than the node). A short node in a longer chain is read with the chain.
     fold_own: a query's own keys (its short nodes) up to this many are read by its merge program
     instead of by partial items: one launch and one partial round trip fewer per call. 0 never
     folds.
@@ -55,7 +56,7 @@ class WorkConfig:
     with their tails read by the merge than as tail items wherever 16 or more branches shared a
     4k-16k prompt (within 1% with 8 branches), and runs of 1024 tokens took up to 5% more
     (BENCHMARKS.md). 0 never folds.
-    fold_unshared: a node that only one query sees, and of at most ``fold_own`` keys, counts as
+    fold_unshared: a node (chain) that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
     fold_launches: a launch of short shared nodes beside another launch (not one of an SM per
     program) is read by the merges instead, where that keeps each query's own keys within
@@ -69,10 +70,11 @@ class WorkConfig:
     use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
     H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
     node's keys read by half as many blocks), and lose on short nodes (too few programs).
-    chains: a path of shared nodes that the same queries see (each the only child of the one
-    above it with queries below it, its slots stored right after that one's) is chunked as one
-    node, so how a prompt is cut into nodes does not change a call's work: a search that
-    expands one node at depth d has such a path from the root. False chunks every node alone.
+    chains: a path of nodes that the same queries see (each the only child of the one above it
+    with queries below it, its slots stored right after that one's) is chunked as one node,
+    however short its nodes, so how a prompt is cut into nodes does not change a call's work: a
+    search that expands one node at depth d has such a path from the root. False chunks every
+    node alone.
     """
 
     waves: float | None = None
@@ -699,9 +701,10 @@ def _cost(block_m: np.ndarray) -> np.ndarray:
 
 
 def _chains(plan: TreePlan, nodes: np.ndarray, queries: np.ndarray, join: bool) -> tuple[np.ndarray, ...]:
-    """The shared nodes ``nodes`` ([N'] ascending) gathered into chains read as one node.
+    """The nodes ``nodes`` ([N'] ascending, each with queries below it) gathered into chains
+    read as one node, whatever each node's length.
 
-    A node joins its parent's chain where the parent is shared too, the same queries are below
+    A node joins its parent's chain where the parent is one of ``nodes`` too, the same queries are below
     both (so the parent has none of its own and no other child with queries), and its slots
     follow the parent's in the plan. A chain is named by its deepest node, the only one that
     may have queries of its own. ``queries``: [N] queries below each node of the plan;
@@ -709,7 +712,7 @@ def _chains(plan: TreePlan, nodes: np.ndarray, queries: np.ndarray, join: bool) 
 
     Returns (ends [C] the chains' deepest nodes, ascending; lengths [C] their keys; above [C]
     the keys of a chain above its deepest node; first [C] the chain's first slot in
-    ``plan.slots``; chain_of [N] each shared node's chain end, -1 for the plan's other nodes).
+    ``plan.slots``; chain_of [N] the chain end of each of ``nodes``, -1 for the plan's other nodes).
     """
     chain_of = np.full(plan.num_nodes, -1, dtype=np.int64)
     off, lengths = plan.node_offsets, plan.node_lengths
@@ -751,13 +754,16 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     lo = skey.searchsorted(pre * big, side="left")
     hi = skey.searchsorted((pre + size) * big, side="left")
     below = hi - lo  # [N] queries below each node
-    small = lengths < cfg.small_node
-    if cfg.fold_unshared:
-        small |= (below == 1) & (lengths <= cfg.fold_own)
-    shared = ((below > 0) & (lengths > 0) & ~small).nonzero()[0]
-    # From here on a node is a chain of shared nodes, named by its deepest one (see _chains).
-    nodes, n_len, above, first, chain_of = _chains(plan, shared, below, cfg.chains)
+    # From here on a node is a chain of nodes, named by its deepest one (see _chains). A chain
+    # shorter than small_node (or, with fold_unshared, one query's of at most fold_own keys) is
+    # read by each query below it: its nodes are the small ones.
+    nodes, n_len, above, first, chain_of = _chains(plan, ((below > 0) & (lengths > 0)).nonzero()[0], below, cfg.chains)
     n_queries = below[nodes]
+    short = n_len < cfg.small_node
+    if cfg.fold_unshared:
+        short |= (n_queries == 1) & (n_len <= cfg.fold_own)
+    small = np.isin(chain_of, nodes[short])
+    nodes, n_len, above, first, n_queries = (a[~short] for a in (nodes, n_len, above, first, n_queries))
     rows = n_queries * group
     cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
     narrow = int(bm_of.searchsorted(64, side="right")) - 1  # the largest class of at most 64 rows
