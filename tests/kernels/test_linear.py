@@ -376,3 +376,48 @@ def test_llama_shapes_in_bfloat16(t: int, n_out: int, n_in: int) -> None:
         rows = few.NormedRows(weighted, sums, h, norm_weight, EPS)
         _normed_close(few.few_rows_linear(weighted, w2, None, few.WIDE, row_sums=sums, eps=EPS), h, norm_weight, w2, None)
         _gated_close(few.linear_silu_mul(rows, w2, None, max_rows=64), few.linear(rows, w2, None, max_rows=64))
+
+
+def test_a_dependent_launch_needs_a_gpu_that_has_it() -> None:
+    x, w, _ = _inputs(4, 64, 32, torch.float32, 0)
+    residual, norm_weight = _residual(4, 32, torch.float32, 0)
+    if DEV == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
+        pytest.skip("this GPU launches kernels behind others")
+    with pytest.raises(ValueError, match="dependent launch needs a CUDA GPU of compute capability 9.0"):
+        few.few_rows_add_norm(x, w, None, residual, norm_weight, SMALL[0], dependent=True)
+
+
+@pytest.mark.skipif(DEV != "cuda" or torch.cuda.get_device_capability()[0] < 9, reason="programmatic dependent launch needs Hopper on")
+@pytest.mark.parametrize("t", [1, 8, 32])
+def test_dependent_launches_in_a_graph_equal_plain_ones(t: int) -> None:
+    # A layer's chain at Llama-3-8B shapes: the attention output with the residual add (behind
+    # a plain kernel), q/k/v with rotary and the KV store behind it, then the next attention
+    # output behind that; replayed from a CUDA graph with fresh inputs, bit for bit the plain
+    # launches' outputs and cache writes.
+    bf = torch.bfloat16
+    _, w_o, _ = _inputs(t, 4096, 4096, bf, 1)
+    _, w_qkv, _ = _inputs(t, 4096, 6144, bf, 2)
+    residual, norm_weight = _residual(t, 4096, bf, 3)
+    positions, inv_freq, k_cache, v_cache, slots = _rope_inputs(t, 32, 8, 128, bf, 4)
+    x = torch.empty(t, 4096, dtype=bf, device=DEV)
+
+    def layer(dependent: bool) -> tuple[torch.Tensor, ...]:
+        y = x * 2  # a plain kernel before the chain
+        weighted, sums, h = few.few_rows_add_norm(y, w_o, None, residual, norm_weight, few.NARROW, dependent=dependent)
+        q = few.few_rows_rope_store(weighted, w_qkv, None, positions, inv_freq, k_cache, v_cache, slots, 32, 8, few.WIDE,
+                                    row_sums=sums, eps=EPS, dependent=dependent)
+        return (h, q) + few.few_rows_add_norm(q.reshape(t, 4096), w_o, None, h, norm_weight, few.NARROW, dependent=dependent)
+
+    x.copy_(torch.randn(t, 4096, device=DEV).to(bf))
+    layer(True)  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = layer(True)
+    for seed in range(3):
+        x.copy_(torch.randn(t, 4096, generator=torch.Generator(device=DEV).manual_seed(seed), device=DEV).to(bf))
+        graph.replay()
+        got = [o.clone() for o in outs] + [k_cache.clone(), v_cache.clone()]
+        want = list(layer(False)) + [k_cache, v_cache]
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from . import deft_ws
+from .device import dependent_launch
 from .plan import TreePlan
 from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
@@ -299,13 +300,6 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor)
 
 
 @functools.cache
-def _dependent_launch(device: torch.device) -> bool:
-    """Whether ``device`` launches a kernel early behind another (programmatic dependent
-    launch: CUDA GPUs of compute capability 9.0 on)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-@functools.cache
 def _hopper(device: torch.device) -> bool:
     """Whether ``device`` runs Hopper's warpgroup MMAs (compute capability 9.x), which
     :mod:`deft_ws` is written for."""
@@ -414,7 +408,7 @@ def run_work(
     side = _side_stream(q.device) if main is not None and work.side_by_side and len(work.classes) > 1 else None
     # The merge launches early only right behind one partial launch on its own stream: with
     # nothing before it but the step's other kernels, it would read keys they still write.
-    early = merge and work.early_merge and side is None and bool(work.classes) and _dependent_launch(q.device)
+    early = merge and work.early_merge and side is None and bool(work.classes) and dependent_launch(q.device)
     if side is not None:
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     # Streams are switched with set_stream: the torch.cuda.stream context asks CUDA for the

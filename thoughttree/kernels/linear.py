@@ -15,7 +15,9 @@ attention output and MLP down projections add the residual stream in their epilo
 the next RMSNorm to the projection after them (:func:`few_rows_add_norm`, :class:`NormedRows`):
 a norm needs a whole row, which no program holds, so each program writes its columns' sums of
 squares and the next projection scales its float32 product by each row's RMS (no
-``add_rms_norm`` launch, 1.5-2.0% less per step).
+``add_rms_norm`` launch, 1.5-2.0% less per step). On GPUs that launch a kernel behind another,
+those two and the q/k/v projection start while the kernel before them finishes (0.5-1.6% less
+per step; see :func:`_launch`).
 References: ``linear_reference`` in :mod:`reference`, then ``silu_mul_reference`` where gated,
 ``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue, ``add_rms_norm_reference``
 and ``normed_linear_reference`` for the norm.
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from .device import dependent_launch
 from .fused import add_rms_norm, rope_store, rotate_halves, silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
@@ -98,6 +101,15 @@ def _silu_gate(g, u, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _start_behind():
+    """The start of a program launched behind the kernel before it (programmatic dependent
+    launch): the kernel after this one may launch now, and this one waits for the one before
+    it to end (and its writes to land) before reading anything but its weight."""
+    tl.extra.cuda.gdc_launch_dependents()
+    tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
 def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
              SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr):
@@ -141,7 +153,7 @@ def _few_rows_kernel(
     SUMS, n_sums, stride_s, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
-    NORMED: tl.constexpr, BLOCK_S: tl.constexpr, ADD_NORM: tl.constexpr,
+    NORMED: tl.constexpr, BLOCK_S: tl.constexpr, ADD_NORM: tl.constexpr, DEPENDENT: tl.constexpr,
 ):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < t
@@ -155,6 +167,8 @@ def _few_rows_kernel(
     else:
         offs_n = tl.program_id(0) * BLOCK_N + r
         n_ok = offs_n < n_out
+    if DEPENDENT:
+        _start_behind()
     ok = m_ok[:, None] & n_ok[None, :]
     if ADD_NORM:  # loaded before the projection's loop, as the squares are
         res = tl.load(RES + offs_m[:, None] * stride_r + offs_n[None, :], mask=ok, other=0.0)
@@ -188,6 +202,7 @@ def _qkv_rope_kernel(
     HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr,
+    DEPENDENT: tl.constexpr,
 ):
     # The weight's rows are the query heads', then the key heads', then the value heads', 2 * HALF
     # each. A program takes BLOCK_N // 2 rotary pairs (dims j and HALF + j) of one head, in turn,
@@ -197,6 +212,8 @@ def _qkv_rope_kernel(
     j = tl.program_id(0) % (HALF // P) * P + tl.arange(0, P)
     r = tl.arange(0, BLOCK_N)
     offs_n = head * 2 * HALF + tl.program_id(0) % (HALF // P) * P + r // 2 + (r % 2) * HALF
+    if DEPENDENT:
+        _start_behind()
     acc = _project(X, W, B, SUMS, offs_n, offs_n >= 0, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
                    BLOCK_M, BLOCK_N, BLOCK_K, STAGES, SWAP, HAS_BIAS, PRECISION, NORMED, BLOCK_S)
     dt = Q_OUT.dtype.element_ty
@@ -325,7 +342,7 @@ def few_rows_linear(
 
 def few_rows_add_norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, norm_weight: torch.Tensor,
-    tile: Tiling = NARROW,
+    tile: Tiling = NARROW, *, dependent: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The projection ``few_rows_linear(x, weight, bias, tile)`` added to the residual stream, and
     RMSNorm of the sum left to the next projection, in one launch.
@@ -333,6 +350,8 @@ def few_rows_add_norm(
     Args:
         x: [T <= ROW_LIMIT, K]; weight: [N, K]; bias: [N] or None.
         residual: [T, N] in x's dtype; norm_weight: [N].
+        dependent: launched behind the kernel before it (see :func:`_launch`); None: where the
+            device can.
     Returns:
         (weighted, sums, h): h = the projection (rounded) + residual, rounded, as
         ``fused.add_rms_norm``'s new residual [T, N]; weighted = h * norm_weight, rounded,
@@ -354,16 +373,28 @@ def few_rows_add_norm(
         _few_rows_kernel[(programs,)](
             x, weight, bias if bias is not None else weight, weighted, residual, norm_weight, h, sums, t, n_in, n_out,
             x.stride(0), weight.stride(0), weighted.stride(0), residual.stride(0), h.stride(0), sums.stride(0), *norm,
-            **_launch(tile, t, x), **normed, HAS_BIAS=bias is not None, GATED=False, ADD_NORM=True,
+            **_launch(tile, t, x, dependent), **normed, HAS_BIAS=bias is not None, GATED=False, ADD_NORM=True,
         )
     return weighted, sums, h
 
 
-def _launch(tile: Tiling, t: int, x: torch.Tensor) -> dict:
-    """The launch's tiling parameters for ``t`` rows of x."""
+def _launch(tile: Tiling, t: int, x: torch.Tensor, dependent: bool | None = False) -> dict:
+    """The launch's parameters for ``t`` rows of x.
+
+    dependent: a programmatic dependent launch (None: where the device can). Its programs start
+    while the kernel before it finishes and wait for its end before reading x; each lets the
+    kernel after it launch as it starts. On an H200, decode steps of 8-32 rows took 0.5-1.6% less
+    with the q/k/v, attention output and MLP down projections launched so; the gate/up projection
+    and the LM head too made 8-row steps 5% slower (BENCHMARKS.md), so :func:`few_rows_linear`
+    never is."""
     block_m = max(16, triton.next_power_of_2(t))
+    if dependent is None:
+        dependent = dependent_launch(x.device)
+    elif dependent and not dependent_launch(x.device):
+        raise ValueError(f"a dependent launch needs a CUDA GPU of compute capability 9.0 or later, not {x.device}")
     return dict(BLOCK_M=block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, STAGES=_stages(tile, block_m, x),
-                SWAP=tile.swap, num_warps=tile.warps, PRECISION=_precision(x))
+                SWAP=tile.swap, num_warps=tile.warps, PRECISION=_precision(x), DEPENDENT=dependent,
+                **({"launch_pdl": True} if dependent else {}))
 
 
 def _tile(x: torch.Tensor, weight: torch.Tensor, max_rows: int) -> Tiling | None:
@@ -435,6 +466,7 @@ def few_rows_rope_store(
     *,
     row_sums: torch.Tensor | None = None,
     eps: float = 0.0,
+    dependent: bool | None = None,
 ) -> torch.Tensor:
     """``fused.rope_store`` of the q/k/v projection ``few_rows_linear(x, weight, bias, tile)`` in one
     launch: the projection's epilogue rotates and stores, rounding where the two kernels round
@@ -446,6 +478,7 @@ def few_rows_rope_store(
         positions, inv_freq, k_cache, v_cache, slots: as ``fused.rope_store``.
         tile: half a head's dims must hold whole blocks of ``tile.block_n // 2`` rotary pairs.
         row_sums, eps: x's rows normed, as in :func:`few_rows_linear`.
+        dependent: as :func:`few_rows_add_norm`'s.
     Returns:
         rotated q, [T, num_heads, D].
     """
@@ -472,7 +505,7 @@ def few_rows_rope_store(
         x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots, k_cache.shape[1],
         t, n_in, x.stride(0), weight.stride(0), q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), *norm,
-        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x), **normed, HAS_BIAS=bias is not None,
+        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x, dependent), **normed, HAS_BIAS=bias is not None,
     )
     return q
 
