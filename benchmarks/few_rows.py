@@ -6,10 +6,13 @@ its weight from memory. Part two times graphed decode steps of a random model of
 with the few-row kernel on and off, alternated in rounds (GPU time per step, medians);
 ``--epilogues`` adds steps with the kernel but without its epilogues (``silu_mul``,
 ``rope_store`` and ``add_rms_norm`` launched between the projections), ``--norm-epilogue``
-steps with every epilogue but the residual add and RMSNorm (``add_rms_norm`` launched).
+steps with every epilogue but the residual add and RMSNorm (``add_rms_norm`` launched),
+``--plain-launches`` steps whose projections are all launched plainly (none behind the kernel
+before it).
 
     python benchmarks/few_rows.py --shape llama3-8b
     python benchmarks/few_rows.py --rows "" --steps 2048x8,16384x16,4096x32 --epilogues --norm-epilogue
+    python benchmarks/few_rows.py --rows "" --steps 2048x8,16384x16,4096x32 --plain-launches
 """
 
 from __future__ import annotations
@@ -102,15 +105,17 @@ def alone(shape: dict[str, int], rows: list[int], max_rows: int, bandwidth: floa
 
 
 def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list[int], epilogues: bool, norm_epilogue: bool,
-             rounds: int, bandwidth: float, console: Console) -> None:
+             plain_launches: bool, rounds: int, bandwidth: float, console: Console) -> None:
     lm = random_lm(shape)
     weights, kv_token = step_bytes(lm)
-    # (column, row cap, epilogues, norm epilogue): cuBLAS first, the ratios are to it.
-    variants = [("cuBLAS", 0, True, True)] + [(f"few-row kernel to {cap} rows", cap, True, True) for cap in caps]
+    # (column, row cap, epilogues, norm epilogue, dependent launches): cuBLAS first, the ratios are to it.
+    variants = [("cuBLAS", 0, True, True, True)] + [(f"few-row kernel to {cap} rows", cap, True, True, True) for cap in caps]
     if norm_epilogue:
-        variants.append((f"to {max(caps)} rows, norms launched", max(caps), True, False))
+        variants.append((f"to {max(caps)} rows, norms launched", max(caps), True, False, True))
     if epilogues:
-        variants.append((f"to {max(caps)} rows, no epilogues", max(caps), False, True))
+        variants.append((f"to {max(caps)} rows, no epilogues", max(caps), False, True, True))
+    if plain_launches:
+        variants.append((f"to {max(caps)} rows, plain launches", max(caps), True, True, False))
     table = Table(title=f"graphed decode steps, GPU µs per step (median of {rounds} alternated rounds)", title_justify="left")
     table.add_column("prompt × branches", justify="right")
     for name, *_ in variants:
@@ -122,8 +127,9 @@ def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list
         tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=4, ignore_eos=True))
         times: list[list[float]] = [[] for _ in variants]
         for _ in range(rounds):
-            for (_, cap, fold, norm), cell in zip(variants, times):
+            for (_, cap, fold, norm, dependent), cell in zip(variants, times):
                 lm.model.few_rows, lm.model.epilogues, lm.model.norm_epilogue = cap, fold, norm
+                lm.model.dependent_launches = dependent
                 lm.engine.arena = None  # capture the steps again with this setting
                 cell.append(step_us(lm, tree, branches))
         med = [statistics.median(t) for t in times]
@@ -131,7 +137,7 @@ def in_steps(shape: dict[str, int], workloads: list[tuple[int, int]], caps: list
         table.add_row(f"{prompt} × {branches}", f"{med[0]:.0f}", *(f"{m:.0f} ({m / med[0]:.3f})" for m in med[1:]), f"{floor:.0f}",
                       " / ".join(f"{m / floor:.2f}×" for m in med))
         del tree
-    lm.model.few_rows, lm.model.epilogues, lm.model.norm_epilogue = few_rows.MAX_ROWS, True, True
+    lm.model.few_rows, lm.model.epilogues, lm.model.norm_epilogue, lm.model.dependent_launches = few_rows.MAX_ROWS, True, True, True
     console.print(table)
 
 
@@ -144,6 +150,7 @@ def main() -> None:
     p.add_argument("--max-rows", default=str(few_rows.MAX_ROWS), help="row caps of the few-row kernel to try (comma-separated; the largest also caps part one)")
     p.add_argument("--epilogues", action="store_true", help="also time steps at the largest cap without the projections' epilogues")
     p.add_argument("--norm-epilogue", action="store_true", help="also time steps at the largest cap with add_rms_norm launched between the projections")
+    p.add_argument("--plain-launches", action="store_true", help="also time steps at the largest cap with no projection launched behind the kernel before it")
     args = p.parse_args()
     console = Console(width=180)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
@@ -156,7 +163,7 @@ def main() -> None:
         alone(shape, [int(r) for r in args.rows.split(",")], max(caps), bandwidth, console)
     if args.steps:
         workloads = [tuple(int(v) for v in w.split("x")) for w in args.steps.split(",")]
-        in_steps(shape, workloads, caps, args.epilogues, args.norm_epilogue, args.rounds, bandwidth, console)
+        in_steps(shape, workloads, caps, args.epilogues, args.norm_epilogue, args.plain_launches, args.rounds, bandwidth, console)
 
 
 if __name__ == "__main__":

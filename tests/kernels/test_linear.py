@@ -213,7 +213,7 @@ def test_rotary_projection_bad_inputs_and_where_it_is_taken(monkeypatch) -> None
         few.few_rows_rope_store(x, w, b[:8], pos, inv, kc, vc, slots, hq, hkv, SMALL[0])
     calls = []
     real = few.few_rows_rope_store
-    monkeypatch.setattr(few, "few_rows_rope_store", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(few, "few_rows_rope_store", lambda *a, **kw: calls.append(a[-1]) or real(*a, **kw))
     monkeypatch.setattr(few, "MIN_PROGRAMS", 2)
     # Taken; more rows than the cap; strided rows; a head dim of 32, whose halves hold no whole
     # block of the 64-row tiling's 32 pairs (the few-row projection, then rope_store).

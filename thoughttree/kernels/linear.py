@@ -425,16 +425,17 @@ def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = N
 
 def linear_add_norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, norm_weight: torch.Tensor,
-    eps: float, max_rows: int = MAX_ROWS,
+    eps: float, max_rows: int = MAX_ROWS, dependent: bool | None = None,
 ) -> tuple[Rows, torch.Tensor]:
     """``fused.add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)``: (RMSNorm of
     the sum, the sum as the new residual). Where :func:`linear` would take the projection to the
     kernel, one launch of :func:`few_rows_add_norm` and the norm as :class:`NormedRows`, for the
-    next projection (:func:`linear`, :func:`linear_silu_mul`, :func:`linear_rope_store`) to finish."""
+    next projection (:func:`linear`, :func:`linear_silu_mul`, :func:`linear_rope_store`) to finish.
+    dependent: the kernel's launch, as :func:`few_rows_add_norm`'s."""
     tile = _tile(x, weight, max_rows)
     if tile is None:
         return add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)
-    weighted, sums, h = few_rows_add_norm(x, weight, bias, residual, norm_weight, tile)
+    weighted, sums, h = few_rows_add_norm(x, weight, bias, residual, norm_weight, tile, dependent=dependent)
     return NormedRows(weighted, sums, h, norm_weight, eps), h
 
 
@@ -522,18 +523,20 @@ def linear_rope_store(
     num_heads: int,
     num_kv_heads: int,
     max_rows: int = MAX_ROWS,
+    dependent: bool | None = None,
 ) -> torch.Tensor:
     """``fused.rope_store`` of the q/k/v projection ``F.linear(x, weight, bias)`` (split into
     num_heads query, then num_kv_heads key and value heads); in one launch of
-    :func:`few_rows_rope_store` where :func:`linear` would take the projection to the kernel and
-    the head dim fits its tiling. Returns rotated q, [T, num_heads, D]."""
+    :func:`few_rows_rope_store` (launched as ``dependent`` says) where :func:`linear` would take
+    the projection to the kernel and the head dim fits its tiling. Returns rotated q,
+    [T, num_heads, D]."""
     rows, norm = _operand(x)
     t = rows.shape[0]
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
     tile = _tile(rows, weight, max_rows)
     if tile is not None and _rope_misfit(weight.shape[0], num_heads, num_kv_heads, tile) is None:
         return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile,
-                                   **norm)
+                                   **norm, dependent=dependent)
     q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
     return rope_store(q.view(t, num_heads, d), k.view(t, num_kv_heads, d), v.view(t, num_kv_heads, d),
                       positions, inv_freq, k_cache, v_cache, slots)

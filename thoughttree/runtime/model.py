@@ -94,6 +94,10 @@ class Transformer:
         # residual and leave the next norm to the projection after them (linear.NormedRows);
         # False launches add_rms_norm between them (for A/B runs; a rounding of the normed rows moves).
         self.norm_epilogue = True
+        # With ``epilogues``: on GPUs that have it, the q/k/v, attention output and MLP down
+        # projections are launched behind the kernel before them (linear._launch); False
+        # launches them plainly (for A/B runs; the same results, bit for bit).
+        self.dependent_launches = True
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -120,10 +124,11 @@ class Transformer:
             write = kv.write_slots[: kv.num_write]
         linear = self._linear()
         fold = self.fused and self.epilogues and self.norm_epilogue and self.reduce is _same
+        dependent = None if self.dependent_launches else False
 
         def project_add_norm(x: torch.Tensor, name: str, residual: torch.Tensor, norm: str, last: bool = False):
             if fold and not last:
-                return linear_add_norm(x, w[name], w.get(name + "_bias"), residual, w[norm], eps, self.few_rows)
+                return linear_add_norm(x, w[name], w.get(name + "_bias"), residual, w[norm], eps, self.few_rows, dependent)
             return add_norm(self.reduce(linear(x, w[name], w.get(name + "_bias"))), residual, w[norm], eps)
 
         h, residual = add_norm(F.embedding(ids, w["embed"]), None, w["layers.0.ln1"], eps)
@@ -132,7 +137,7 @@ class Transformer:
             k_cache, v_cache = kv.caches(i)
             if self.fused and self.epilogues and not cfg.qk_norm:
                 q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
-                                      kv.write_slots, hq, hkv, self.few_rows)
+                                      kv.write_slots, hq, hkv, self.few_rows, dependent)
             else:
                 qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
                 q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
