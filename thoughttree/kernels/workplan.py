@@ -500,7 +500,7 @@ def _short_launches(
     fold = short[cls]
     if not fold.any() or (lengths * queries)[fold].sum() > reads[~fold].sum():
         return None
-    trial = small | np.isin(chain_of, nodes[fold])
+    trial = small | _members(chain_of, nodes[fold])
     paths = plan.path_slots(trial)
     offsets = paths[0]
     return None if (offsets[1:] - offsets[:-1]).max() > cfg.fold_own else (fold, paths)
@@ -730,13 +730,22 @@ def _chains(plan: TreePlan, nodes: np.ndarray, queries: np.ndarray, join: bool) 
                 if (higher == head).all():
                     break
                 head = higher
-            ends = nodes[~np.isin(nodes, parent[joins])]
+            has_child = np.zeros(plan.num_nodes, dtype=bool)
+            has_child[parent[joins]] = True
+            ends = nodes[~has_child[nodes]]
             chain_of[head[ends]] = ends
             chain_of[nodes] = chain_of[head[nodes]]
             first = off[head[ends]]
             return ends, off[ends] + lengths[ends] - first, off[ends] - first, first, chain_of
     chain_of[nodes] = nodes
     return nodes, lengths[nodes], np.zeros(len(nodes), dtype=np.int64), off[nodes], chain_of
+
+
+def _members(chain_of: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """[N] bool: the nodes whose chain (``chain_of``, -1 for none) is one of ``ends``."""
+    chosen = np.zeros(len(chain_of) + 1, dtype=bool)  # the last entry stands for -1
+    chosen[ends] = True
+    return chosen[chain_of]
 
 
 def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
@@ -762,7 +771,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
     short = n_len < cfg.small_node
     if cfg.fold_unshared:
         short |= (n_queries == 1) & (n_len <= cfg.fold_own)
-    small = np.isin(chain_of, nodes[short])
+    small = _members(chain_of, nodes[short])
     nodes, n_len, above, first, n_queries = (a[~short] for a in (nodes, n_len, above, first, n_queries))
     rows = n_queries * group
     cls = np.minimum(bm_of.searchsorted(rows, side="left"), len(shapes) - 1)
@@ -780,7 +789,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         folded = _short_launches(plan, small, chain_of, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
         if folded is not None:
             fold, own_paths = folded
-            small[np.isin(chain_of, nodes[fold])] = True
+            small |= _members(chain_of, nodes[fold])
             nodes, n_len, n_queries, cls, above, first = (a[~fold] for a in (nodes, n_len, n_queries, cls, above, first))
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-n_queries // per_block)
