@@ -466,7 +466,7 @@ def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monke
     _spy_few_row_projections(monkeypatch)
     folds: list[int] = []
     real = few_rows.few_rows_add_norm
-    monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a: folds.append(x.shape[0]) or real(x, *a))
+    monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a, **k: folds.append(x.shape[0]) or real(x, *a, **k))
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     runs = []
     for fold in (True, False):
