@@ -96,7 +96,7 @@ class Transformer:
         self.norm_epilogue = True
         # With ``epilogues``: on GPUs that have it, the q/k/v, attention output and MLP down
         # projections are launched behind the kernel before them (linear._launch); False
-        # launches them plainly (for A/B runs; the same results, bit for bit).
+        # launches them plainly (for A/B runs).
         self.dependent_launches = True
         # Tensor parallelism (parallel.py) shards the weights and sets these: the heads this process
         # computes, the sum of row-parallel partial outputs, and the join of vocabulary-sliced logits.
