@@ -105,6 +105,19 @@ def test_a_search_error_is_recorded_and_the_problem_fails():
     assert apps_totals([entry])["strict_accuracy"] == 0.0
 
 
+def test_a_statement_longer_than_the_context_fails_its_problem_alone():
+    method = CodeSearch(method="bon", samples=2)
+    task = Apps([DOUBLE], method.task_config())
+    lm = programs_lm([RIGHT])
+    lm._max_context = len(lm.encode(task.prompt("1"), add_bos=True)) - 1
+    entry = search_problem(task, "1", lm, method, seed=0)
+    assert "longer than the model's context" in entry["result"]["error"]
+    assert entry["result"]["passed"] is False and entry["result"]["program"] is None
+    assert entry["tree"]["nodes"] == [] and entry["result"]["stopped"] == "error"
+    assert apps_totals([entry])["strict_accuracy"] == 0.0
+    assert not [c for c in lm.calls if c[0] == "generate"]
+
+
 def test_the_checker_judges_alike_with_forked_tests_and_fresh_interpreters():
     tests = list(DOUBLE.public) + list(DOUBLE.hidden)
     programs = [RIGHT, WRONG, CRASH, "print(int(input()) * 2", ""]

@@ -125,6 +125,10 @@ def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys
     nowhere = tmp_path / "no" / "such" / "dir" / "t.dot"
     argv = ("export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)
     assert "cannot write" in error_line(capsys, *argv)
+    before = run_file.read_bytes()
+    argv = ("export", run_file, "--problem", "0", "--format", "json", "--output", run_file.parent / "." / run_file.name)
+    assert "is the run file being exported" in error_line(capsys, *argv)
+    assert run_file.read_bytes() == before
     assert main([]) == 2
     with pytest.raises(SystemExit) as exc:  # argparse's own usage errors keep its status 2
         main(["show", str(run_file), "--children", "0"])

@@ -22,10 +22,11 @@ from typing import Any, Sequence
 
 from ..config import Sampling
 from ..search import SearchError, search
+from ..search_result import SearchResult, Statistics
 from ..strategies import MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.apps.metrics import Scored, summarize
 from ..tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k
-from ..tree import derive_seed
+from ..tree import ThoughtTree, TreeError, derive_seed
 
 METHODS = ("io", "bon", "beam", "mcts")
 
@@ -84,6 +85,10 @@ def search_problem(task: CodeTask, key: str, lm: Any, method: CodeSearch, *, see
         result = exc.partial_result
         entry = result.to_entry()
         entry["result"]["error"] = str(exc.__cause__ or exc)
+    except TreeError as exc:  # the root could not be made (a statement longer than the model's context)
+        result = SearchResult(key, ThoughtTree(lm, seed=seed), None, (), None, "error", Statistics())
+        entry = result.to_entry()
+        entry["result"]["error"] = str(exc)
     nodes = result.tree.nodes
     if method.method == "io":
         program, public = result.answer, None

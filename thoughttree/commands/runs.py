@@ -233,6 +233,8 @@ def run_export(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
+    if args.output.exists() and args.output.samefile(args.run_file):
+        raise CliError(f"--output {args.output} is the run file being exported; write the export to another path")
     try:
         args.output.write_text(text, encoding="utf-8")
     except OSError as exc:
