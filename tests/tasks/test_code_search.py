@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fakes import FakeLM
 
-from thoughttree.commands.code_run import CodeSearch, apps_totals, search_problem
+from thoughttree.commands.code_run import CodeSearch, apps_totals, humaneval_totals, search_problem
 from thoughttree.tasks.apps import Apps
 from thoughttree.tasks.code import Checker, CodeProblem
 
@@ -110,12 +110,25 @@ def test_a_statement_longer_than_the_context_fails_its_problem_alone():
     task = Apps([DOUBLE], method.task_config())
     lm = programs_lm([RIGHT])
     lm._max_context = len(lm.encode(task.prompt("1"), add_bos=True)) - 1
-    entry = search_problem(task, "1", lm, method, seed=0)
+    entry = search_problem(task, "1", lm, method, seed=0, all_samples=True)
     assert "longer than the model's context" in entry["result"]["error"]
+    assert entry["result"]["sample_passed"] == []
     assert entry["result"]["passed"] is False and entry["result"]["program"] is None
     assert entry["tree"]["nodes"] == [] and entry["result"]["stopped"] == "error"
     assert apps_totals([entry])["strict_accuracy"] == 0.0
     assert not [c for c in lm.calls if c[0] == "generate"]
+
+
+def test_pass_at_k_counts_a_problem_without_samples_as_failed():
+    def entry(samples: list[bool]) -> dict:
+        return {"result": {"passed": bool(samples) and samples[0], "sample_passed": samples}}
+
+    totals = humaneval_totals([entry([True, False, False, False]), entry([True, True, True, True]), entry([])], k=2)
+    assert totals["passed"] == 2
+    assert totals["pass@1"] == pytest.approx((0.25 + 1.0 + 0.0) / 3)
+    assert totals["pass@2"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert "pass@10" not in totals
+    assert humaneval_totals([entry([])], k=2) == {"passed": 0, "pass@1": 0.0}
 
 
 def test_the_checker_judges_alike_with_forked_tests_and_fresh_interpreters():

@@ -105,7 +105,7 @@ def search_problem(task: CodeTask, key: str, lm: Any, method: CodeSearch, *, see
     entry["result"].update(program=program, program_node=node_id, public_pass_rate=public, hidden=list(statuses),
                            passed=bool(statuses) and all(s == "passed" for s in statuses))
     if all_samples:
-        samples = [task.answer(key, n) or "" for n in result.tree.root.children]
+        samples = [task.answer(key, n) or "" for root in result.tree.roots[:1] for n in root.children]
         entry["result"]["sample_passed"] = [v.all_passed for v in task.hidden_verdicts(key, samples)]
     result.tree.release_kv()
     return entry
@@ -132,16 +132,19 @@ def apps_totals(entries: Sequence[dict[str, Any]]) -> dict[str, float | int]:
 
 
 def humaneval_totals(entries: Sequence[dict[str, Any]], k: int) -> dict[str, float | int]:
-    """pass@1 of the answers; for io also the unbiased pass@1 and pass@k over every problem's samples."""
+    """pass@1 of the answers; for io also the unbiased pass@1 and pass@k over every problem's samples.
+
+    A problem without samples (its search failed before any) passes at no k.
+    """
     totals: dict[str, float | int] = {
         "passed": sum(bool(e["result"]["passed"]) for e in entries),
     }
     totals["pass@1"] = totals["passed"] / len(entries) if entries else 0.0
     counts = [(len(e["result"]["sample_passed"]), sum(e["result"]["sample_passed"])) for e in entries
               if "sample_passed" in e["result"]]
-    if counts and len(counts) == len(entries) and all(n >= 1 for n, _ in counts):
-        totals["pass@1"] = mean_pass_at_k(counts, 1)
-        n_min = min(n for n, _ in counts)
-        for kk in sorted({kk for kk in (k, 10, 100) if kk <= n_min} - {1}):
-            totals[f"pass@{kk}"] = mean_pass_at_k(counts, kk)
+    sampled = [(n, c) for n, c in counts if n >= 1]
+    if sampled and len(counts) == len(entries):
+        n_min = min(n for n, _ in sampled)
+        for kk in sorted({1} | {kk for kk in (k, 10, 100) if kk <= n_min}):
+            totals[f"pass@{kk}"] = mean_pass_at_k(sampled, kk) * len(sampled) / len(counts)
     return totals
