@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from thoughttree.sandbox import Job, Limits, SandboxUnavailable, TestResult, run_many, run_tests
+from thoughttree.sandbox import Check, Job, Limits, SandboxUnavailable, TestResult, run_many, run_tests
+from thoughttree.sandbox.run import _Records
 
 DOUBLE = "print(int(input()) * 2)\n"
 QUICK = Limits(time_s=2.0)
@@ -75,6 +76,76 @@ def test_call_based_missing_function_and_early_exit_are_runtime_errors():
     assert results[0].status == "runtime_error" and "'f'" in results[0].stderr
     results = run_tests("import os\nos._exit(0)\ndef f():\n    return 1\n", [([], 1)], fn_name="f", limits=QUICK)
     assert results[0].status == "runtime_error"
+
+
+PAIR_CHECK = Check(
+    "import math\n\n\ndef check(candidate):\n"
+    "    assert candidate(1, 2) == 3\n"
+    "    assert candidate((1,), b=(2,)) == (1, 2)\n"
+    "    assert math.isclose(candidate(0.1, 0.2), 0.3)\n"
+)
+
+
+def test_a_check_function_judges_the_program_function():
+    tests = [([], PAIR_CHECK), ([2, 2], 4)]
+    results = run_tests("def add(a, b):\n    print('seen')\n    return a + b\n", tests, fn_name="add", limits=QUICK)
+    assert statuses(results) == ["passed", "passed"] and "seen" in results[0].stdout
+    results = run_tests("def add(a, b):\n    return a\n", tests, fn_name="add", limits=QUICK)
+    assert statuses(results) == ["wrong_answer", "wrong_answer"] and "AssertionError" in results[0].stderr
+    results = run_tests("def add(a, b):\n    raise KeyError(a)\n", tests, fn_name="add", limits=QUICK)
+    assert statuses(results) == ["runtime_error", "runtime_error"] and "KeyError" in results[0].stderr
+    results = run_tests("def add(a, b):\n    while True:\n        pass\n", tests[:1], fn_name="add", limits=QUICK)
+    assert statuses(results) == ["timeout"]
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        # an answer that claims to equal anything
+        "class Any:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "    def __sub__(self, other):\n        return 0\n    def __abs__(self):\n        return 0\n"
+        "def add(a, b):\n    return Any()\n",
+        # an int that claims to equal anything
+        "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return Yes(0)\n",
+        # a forged answer on the value channel, then a quiet exit
+        "import os\nos.write(3, b'3\\n3\\n3\\n')\nos._exit(0)\n",
+        # the check's source looked for in the process's memory, its files and its parent's
+        "import gc, os\nfound = [o for o in gc.get_objects() if isinstance(o, str) and 'def check' in o]\n"
+        "paths = [os.path.join(r, n) for top in ('/sandbox', '/tmp', '/dev/shm') for r, _, ns in os.walk(top) for n in ns]\n"
+        "for path in paths + ['/proc/1/cmdline', '/proc/1/environ', '/proc/1/mem']:\n    try:\n"
+        "        found += [path] if b'def check' in open(path, 'rb').read(1 << 20) else []\n"
+        "    except OSError:\n        pass\n"
+        "def add(a, b):\n    raise SystemExit(repr(found))\n",
+        # builtins patched so that every comparison and assertion holds
+        "import builtins\nbuiltins.AssertionError = type('Never', (Exception,), {})\n"
+        "def add(a, b):\n    return None\n",
+    ],
+)
+def test_a_check_cannot_be_fooled_by_the_program(cheat):
+    [result] = run_tests(cheat, [([], PAIR_CHECK)], fn_name="add", limits=QUICK)
+    assert result.status in ("wrong_answer", "runtime_error"), result
+    assert "def check" not in result.stderr
+
+
+def test_a_check_is_validated_and_needs_a_function():
+    with pytest.raises(ValueError, match="check\\(candidate\\)"):
+        Check("def judge(candidate):\n    pass\n")
+    with pytest.raises(ValueError, match="does not compile"):
+        Check("def check(candidate:\n")
+    with pytest.raises(ValueError, match="call-based"):
+        run_tests("print(1)", [("", PAIR_CHECK)])
+
+
+def test_records_that_the_driver_could_not_have_written_stop_the_reading():
+    records = _Records([("", "1\n"), ("", "2\n")], None)
+    good = b'{"i": 0, "exit": 0, "timeout": false, "output_limit": false, "stdout": "1\\n", "stderr": "", "value": null, "time": 0.1}\n'
+    assert records.take(b'{"ready": true}\n') and records.take(good)
+    for bad in (good, b'{"i": 1}\n', b"[1]\n", good.replace(b'"exit": 0', b'"exit": true').replace(b'"i": 0', b'"i": 1')):
+        probe = _Records(records.pairs, None)
+        probe.ready, probe.results = True, list(records.results)
+        assert not probe.take(bad) and probe.malformed and probe.syntax_error is None
+    assert [r.status for r in records.results] == ["passed"]
 
 
 def test_no_tests_means_no_results_and_bad_tests_are_refused():

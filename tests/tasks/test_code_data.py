@@ -14,7 +14,6 @@ import pytest
 
 from thoughttree.sandbox import Job, run_many
 from thoughttree.tasks import apps, humaneval
-from thoughttree.tasks.humaneval.problems import CHECK_FUNCTION
 
 SOLVED = {
     "1607": "s = input().strip()\nq = a = qa = qaq = 0\nfor ch in s:\n    if ch == 'Q':\n        qaq += qa\n"
@@ -81,8 +80,7 @@ def test_humaneval_canonical_solutions_pass_and_broken_ones_fail():
     assert len(problems) == humaneval.NUM_PROBLEMS == 164
 
     def job(p, program: str) -> Job:
-        return Job(humaneval.hidden_program(program, p.info["entry_point"], p.info["test"]), [([], True)],
-                   CHECK_FUNCTION)
+        return Job(program, p.hidden, p.fn_name)
 
     broken = problems[::8]
     jobs = [job(p, p.solutions[0]) for p in problems]

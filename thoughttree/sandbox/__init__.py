@@ -10,6 +10,7 @@ Programs run inside bubblewrap as an unprivileged user with resource limits (see
 """
 
 from .batch import Job, run_many
+from .check import Check
 from .compare import outputs_match, values_match
 from .isolation import ISOLATIONS, SandboxUnavailable
 from .limits import Limits
@@ -17,6 +18,7 @@ from .result import STATUSES, Status, TestResult
 from .run import run_tests
 
 __all__ = [
+    "Check",
     "ISOLATIONS",
     "STATUSES",
     "Job",

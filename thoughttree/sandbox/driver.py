@@ -3,8 +3,9 @@
 Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.run`; it is a script, standard
 library only, never imported by the evaluator. It reads one JSON request on standard input
 (program path, test inputs, function name, limits, whether each test gets a fresh
-interpreter), answers with JSON lines on standard output (``ready``, then ``syntax_error`` or one
-record per test) and never sees an expected output.
+interpreter, and the source of any checking function), answers with JSON lines on standard
+output (``ready``, then ``syntax_error`` or one record per test) and never sees an expected
+output but those a checking function holds.
 
 The driver compiles the program once; each test is a child forked from the driver that runs the
 compiled program as the interpreter runs a script (new standard streams over the test's pipes,
@@ -14,10 +15,19 @@ threads, exit handlers, the final flush): a fork instead of an interpreter's sta
 in the child before the program runs (address space, CPU seconds, file size, process count,
 open files, no core files) under a wall-clock deadline, and the child holds only its own pipes.
 When the test ends, for whatever reason, its whole process group is killed, and inside the
-sandbox's own PID namespace every other process too (``kill(-1)`` spares only the driver and the
-namespace's init), so nothing a test leaves behind survives into the next test.
+sandbox's own PID namespace every other process too (``kill(-1)`` spares only the driver, the
+namespace's init), and collected, so nothing a test leaves behind survives into the next test.
 
-A call-based test runs :mod:`call` (next to this file) the same two ways.
+The driver is the namespace's init and cannot be dumped: a test cannot signal it (the kernel
+drops signals to an init from inside its namespace unless it handles them, and it handles
+none), trace it, or take its descriptors, so no test reaches the pipe that carries the records.
+
+A call-based test runs :mod:`call` (next to this file) the same two ways. A test checked by a
+function (HumanEval's ``check(candidate)``) runs that function here, in the driver, with a
+``candidate`` that calls the program's function in the test's process (always a fresh
+interpreter, which holds nothing of the driver's memory) and returns plain values
+(:mod:`wire`): the program can neither reach the check's expected values nor answer with an
+object that compares equal to anything.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from typing import Callable, NoReturn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import call  # noqa: E402  (the call runner next to this file; it brings the wire module)
+import wire  # noqa: E402
 
 while HERE in sys.path:
     sys.path.remove(HERE)
@@ -51,6 +62,7 @@ OPEN_FILES = 256
 OPEN_FILES_BEFORE = 1 << 16  # descriptors a test's child closes before its limit lowers the count
 VALUE_FD = 3  # where a call-based test's child writes the function's value
 DRAIN_S = 1.0
+REAP_S = 1.0
 CHUNK = 65536
 PR_SET_DUMPABLE = 4
 
@@ -65,10 +77,13 @@ def protect_self() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def _lower(kind: int, value: int) -> None:
+def _lower(kind: int, value: int, above: int = 0) -> None:
+    """Soft limit ``value``, hard limit ``value + above`` (never raised past the current hard one)."""
     _, hard = resource.getrlimit(kind)
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.setrlimit(kind, (value, value))
+    soft, top = value, value + above
+    if hard != resource.RLIM_INFINITY:
+        soft, top = min(soft, hard), min(top, hard)
+    resource.setrlimit(kind, (soft, top))
 
 
 def limiter(limits: dict, extra_processes: int):
@@ -78,7 +93,7 @@ def limiter(limits: dict, extra_processes: int):
 
     def apply() -> None:
         _lower(resource.RLIMIT_AS, memory)
-        _lower(resource.RLIMIT_CPU, cpu)
+        _lower(resource.RLIMIT_CPU, cpu, 1)  # SIGXCPU at the soft limit (a timeout), SIGKILL a second later
         _lower(resource.RLIMIT_FSIZE, limits["output_bytes"])
         _lower(resource.RLIMIT_NPROC, processes)
         _lower(resource.RLIMIT_NOFILE, OPEN_FILES)
@@ -99,20 +114,41 @@ def kill_rest(pgid: int, kill_all: bool) -> None:
             pass
 
 
-class Streams:
-    """The child's pipes (file descriptors): feeds standard input, collects output up to the limits."""
+def reap_orphans() -> None:
+    """As the namespace's init, collect the killed processes a test left behind (daemons reparent
+    here), so none holds a place of the process limit into the next test."""
+    until = time.monotonic() + REAP_S
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() > until:
+                return
+            time.sleep(0.001)
 
-    def __init__(self, stdin: int, stdout: int, stderr: int, value: int | None, data: bytes, cap: int) -> None:
+
+class Streams:
+    """The child's pipes (file descriptors): feeds standard input, collects output up to the limits.
+
+    ``keep_open``: standard input stays open after ``data`` for more (:meth:`send`), until
+    :meth:`end_input`.
+    """
+
+    def __init__(self, stdin: int, stdout: int, stderr: int, value: int | None, data: bytes, cap: int,
+                 keep_open: bool = False) -> None:
         self.sel = selectors.DefaultSelector()
         self.data, self.sent, self.cap = data, 0, cap
         self.out, self.err, self.value = bytearray(), bytearray(), bytearray()
         self.over = False
-        self.stdin = stdin
+        self.stdin: int | None = stdin
+        self.keep_open = keep_open
         os.set_blocking(stdin, False)
         if data:
             self.sel.register(stdin, selectors.EVENT_WRITE, None)
-        else:
-            os.close(stdin)
+        elif not keep_open:
+            self._close_input()
         self.sel.register(stdout, selectors.EVENT_READ, self.out)
         self.sel.register(stderr, selectors.EVENT_READ, self.err)
         if value is not None:
@@ -141,6 +177,21 @@ class Streams:
                 self.over = True
         return bool(self.sel.get_map())
 
+    def send(self, data: bytes) -> None:
+        """More standard input (the pipe must still be open)."""
+        if self.stdin is None:
+            return
+        pending = self.sent < len(self.data)
+        self.data, self.sent = self.data[self.sent :] + data, 0
+        if not pending:
+            self.sel.register(self.stdin, selectors.EVENT_WRITE, None)
+
+    def end_input(self) -> None:
+        """No more standard input: the child reads its end once what was sent is taken."""
+        self.keep_open = False
+        if self.stdin is not None and self.sent >= len(self.data):
+            self._close_input()
+
     def _feed(self) -> None:
         try:
             self.sent += os.write(self.stdin, self.data[self.sent : self.sent + CHUNK])
@@ -148,13 +199,26 @@ class Streams:
             self.sent = len(self.data)
         if self.sent >= len(self.data):
             self.sel.unregister(self.stdin)
-            os.close(self.stdin)
+            if not self.keep_open:
+                os.close(self.stdin)
+                self.stdin = None
+
+    def _close_input(self) -> None:
+        if self.stdin in self.sel.get_map():
+            self.sel.unregister(self.stdin)
+        os.close(self.stdin)
+        self.stdin = None
 
     def close(self) -> None:
         """Close the pipes still open (the caller has unregistered and closed the exit's pidfd)."""
         for key in list(self.sel.get_map().values()):
             self.sel.unregister(key.fd)
             os.close(key.fd)
+            if key.fd == self.stdin:
+                self.stdin = None
+        if self.stdin is not None:
+            os.close(self.stdin)
+            self.stdin = None
 
 
 def _std_streams() -> None:
@@ -281,6 +345,7 @@ def _enter(child: Callable[[], int], fds: list[int], limits: dict, extra_process
     open, a session of its own, the limits; then ``child``. Never returns."""
     status = 126
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as the interpreter starts a program
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -297,56 +362,128 @@ def _enter(child: Callable[[], int], fds: list[int], limits: dict, extra_process
         os._exit(status)
 
 
-def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -> dict:
-    limits, kill_all = request["limits"], request["kill_all"]
-    pipes = [os.pipe() for _ in range(4 if call else 3)]  # stdin, stdout, stderr, the call's value
-    ours = [pipes[0][1]] + [r for r, _ in pipes[1:]]
-    theirs = [pipes[0][0]] + [w for _, w in pipes[1:]]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        for fd in ours:
+class TestRun:
+    """One test's child, from its fork to its record: the child runs under the limits with its
+    pipes, against a wall-clock deadline; ``keep_input`` leaves its standard input open for
+    :class:`Candidate`'s calls."""
+
+    def __init__(self, child: Callable[[], int], data: bytes, request: dict, call: bool, keep_input: bool = False) -> None:
+        self.limits, self.kill_all, self.call = request["limits"], request["kill_all"], call
+        pipes = [os.pipe() for _ in range(4 if call else 3)]  # stdin, stdout, stderr, the call's value
+        ours = [pipes[0][1]] + [r for r, _ in pipes[1:]]
+        theirs = [pipes[0][0]] + [w for _, w in pipes[1:]]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.start = time.monotonic()
+        self.deadline = self.start + self.limits["time_s"]
+        self.pid = os.fork()
+        if self.pid == 0:
+            for fd in ours:
+                os.close(fd)
+            _enter(child, theirs, self.limits, 2 if self.kill_all else 0)
+        for fd in theirs:
             os.close(fd)
-        _enter(child, theirs, limits, 2 if kill_all else 0)
-    for fd in theirs:
-        os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    streams = Streams(ours[0], ours[1], ours[2], ours[3] if call else None, data, limits["output_bytes"])
-    streams.sel.register(pidfd, selectors.EVENT_READ, "exit")
-    deadline = start + limits["time_s"]
-    timed_out = exited = False
-    while not exited and not streams.over:
-        remaining = deadline - time.monotonic()
+        self.pidfd = os.pidfd_open(self.pid)
+        self.streams = Streams(ours[0], ours[1], ours[2], ours[3] if call else None, data, self.limits["output_bytes"],
+                               keep_open=keep_input)
+        self.streams.sel.register(self.pidfd, selectors.EVENT_READ, "exit")
+        self.timed_out = self.exited = False
+
+    def step(self) -> bool:
+        """Move data until something happens; False once the test is over (exited, out of time, over a limit)."""
+        if self.exited or self.timed_out or self.streams.over:
+            return False
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            timed_out = True
-            break
-        streams.pump(remaining)
-        exited = bool(select.select([pidfd], [], [], 0)[0])  # without reaping: its pid stays ours
-    elapsed = time.monotonic() - start
-    streams.sel.unregister(pidfd)
-    os.close(pidfd)
-    kill_rest(pid, kill_all)
-    drain_until = time.monotonic() + DRAIN_S
-    while not streams.over and time.monotonic() < drain_until and streams.pump(drain_until - time.monotonic()):
+            self.timed_out = True
+            return False
+        self.streams.pump(remaining)
+        self.exited = bool(select.select([self.pidfd], [], [], 0)[0])  # without reaping: its pid stays ours
+        return True
+
+    def finish(self) -> dict:
+        """Wait for the end, kill what is left, drain the pipes: the test's record."""
+        while self.step():
+            pass
+        elapsed = time.monotonic() - self.start
+        self.streams.sel.unregister(self.pidfd)
+        os.close(self.pidfd)
+        kill_rest(self.pid, self.kill_all)
+        streams = self.streams
+        drain_until = time.monotonic() + DRAIN_S
+        while not streams.over and time.monotonic() < drain_until and streams.pump(drain_until - time.monotonic()):
+            pass
+        streams.close()
+        _, wait_status = os.waitpid(self.pid, 0)
+        if self.kill_all:
+            reap_orphans()
+        cap = self.limits["output_bytes"]
+        return {
+            "exit": os.waitstatus_to_exitcode(wait_status),
+            "timeout": self.timed_out,
+            "output_limit": streams.over,
+            "stdout": streams.out[:cap].decode("utf-8", "replace"),
+            "stderr": streams.err.decode("utf-8", "replace"),
+            "value": streams.value.decode("utf-8", "replace") if self.call and not streams.over else None,
+            "time": round(elapsed, 4),
+        }
+
+
+class Stopped(BaseException):
+    """The candidate's process ended, ran out of time or over a limit before it answered a call
+    (a BaseException, so a check's own ``except Exception`` does not take it)."""
+
+
+class Candidate:
+    """What a checking function calls: each call's arguments go to the test's process, which
+    calls the program's function and answers with the value in :mod:`wire` format, decoded here
+    to plain values."""
+
+    def __init__(self, run: TestRun) -> None:
+        self.run = run
+
+    def __call__(self, *args, **kwargs):
+        streams = self.run.streams
+        streams.send((wire.encode([list(args), kwargs]) + "\n").encode("utf-8"))
+        while b"\n" not in streams.value:
+            if not self.run.step():
+                raise Stopped
+        line, _, rest = bytes(streams.value).partition(b"\n")
+        streams.value[:] = rest
+        return wire.decode(line.decode("utf-8", "replace"))
+
+
+def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -> dict:
+    return TestRun(child, data, request, call).finish()
+
+
+def check_test(child: Callable[[], int], source: str, request: dict) -> dict:
+    """A test judged by ``check(candidate)`` from ``source``, with the function's name bound to the
+    candidate too: its record with ``check``, "passed" when it returned, the exception's last
+    line when it raised, None when the candidate stopped."""
+    run = TestRun(child, b"", request, call=True, keep_input=True)
+    verdict = None
+    try:
+        namespace = {"__name__": "check", "__builtins__": builtins}
+        exec(compile(source, "check", "exec"), namespace)
+        candidate = namespace[request["fn_name"]] = Candidate(run)
+        namespace["check"](candidate)
+        verdict = "passed"
+    except Stopped:
         pass
-    streams.close()
-    _, wait_status = os.waitpid(pid, 0)
-    return {
-        "exit": os.waitstatus_to_exitcode(wait_status),
-        "timeout": timed_out,
-        "output_limit": streams.over,
-        "stdout": streams.out[: limits["output_bytes"]].decode("utf-8", "replace"),
-        "stderr": streams.err.decode("utf-8", "replace"),
-        "value": streams.value.decode("utf-8", "replace") if call and not streams.over else None,
-        "time": round(elapsed, 4),
-    }
+    except Exception as error:
+        verdict = "".join(traceback.format_exception_only(type(error), error)).strip() or type(error).__name__
+    run.streams.end_input()
+    record = run.finish()
+    record["value"] = None
+    record["check"] = verdict
+    return record
 
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
     protect_self()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the one signal Python handles: nothing a test can send
     emit({"ready": True})
     program, fn_name = request["program"], request["fn_name"]
     with open(program, encoding="utf-8", errors="replace") as handle:
@@ -357,12 +494,17 @@ def main() -> None:
         emit({"syntax_error": "".join(traceback.format_exception_only(type(err), err)).strip()})
         return
     runner = os.path.join(HERE, "call.py")
-    if request["fresh"]:
+    checks = request["checks"]
+    if request["fresh"] or any(checks):  # a forked test would hold the checks' sources in its memory
         argv = [sys.executable, "-I", program] if fn_name is None else [sys.executable, "-I", runner, program, fn_name, str(VALUE_FD)]
         child = exec_child(argv)
     else:
         child = script_child(code, program) if fn_name is None else call_child(code, program, fn_name)
-    for index, given in enumerate(request["inputs"]):
+    server = exec_child([sys.executable, "-I", runner, program, fn_name, str(VALUE_FD), "serve"]) if any(checks) else None
+    for index, (given, source) in enumerate(zip(request["inputs"], checks)):
+        if source is not None:
+            emit({"i": index, **check_test(server, source, request)})
+            continue
         data = given.encode("utf-8") if fn_name is None else json.dumps(given).encode("utf-8")
         emit({"i": index, **run_test(child, data, request, call=fn_name is not None)})
 

@@ -9,7 +9,8 @@ empty environment but ``PATH``, ``HOME`` and ``LANG``; uid/gid 65534 inside. Whe
 runs as root, bubblewrap itself is started as the unprivileged user ``nobody`` (uid 65534), so
 the sandbox is not root outside its namespaces either. The driver, the call runner, their wire
 module and the program come in as read-only files copied from memory; expected outputs never
-enter. The sandbox dies with its parent.
+enter. The driver is the PID namespace's init (bubblewrap's ``--as-pid-1``): no process of the
+sandbox but the driver holds the pipes to the evaluator. The sandbox dies with its parent.
 
 ``"none-unsafe"`` runs the same driver as the evaluator's own user in a temporary directory with
 a cleared environment and the same resource limits, but with no namespaces: the program can
@@ -123,7 +124,7 @@ def _bwrap(program: str, bwrap: str) -> Launch:
     ]
     info_r, info_w = os.pipe()
     argv = [
-        found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--hostname", "sandbox", "--uid", str(NOBODY), "--gid", str(NOBODY),
         *_system_binds(python, prefix),

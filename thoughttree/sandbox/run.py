@@ -1,4 +1,5 @@
-"""Run one program against its tests in the sandbox and judge every test in the parent."""
+"""Run one program against its tests in the sandbox and judge every test in the parent, as its
+record arrives."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from dataclasses import asdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
+from .check import Check
 from .compare import outputs_match, values_match
 from .isolation import Launch, SandboxUnavailable, launch
 from .limits import Limits
@@ -19,7 +22,10 @@ Test = tuple[Any, Any]
 STARTUP_S = 10.0
 PER_TEST_S = 2.0
 STOP_WAIT_S = 5.0
+ERRORS_KEEP = 1 << 16  # the end of the driver's own error output
 FULL_DISK = ("File too large", "No space left on device")  # file-size limit, scratch full
+RECORD_FIELDS = {"i": int, "exit": int, "timeout": bool, "output_limit": bool, "stdout": str, "stderr": str,
+                 "value": (str, type(None)), "time": (int, float)}
 
 
 def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
@@ -33,6 +39,8 @@ def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
             raise ValueError(f"test {index}: a standard-input test's input must be a string, got {kind}")
         if fn_name is not None and not isinstance(given, (list, tuple)):
             raise ValueError(f"test {index}: a call-based test's input must be the list of arguments, got {kind}")
+        if fn_name is None and isinstance(expected, Check):
+            raise ValueError(f"test {index}: a Check judges a call-based test; give fn_name")
         pairs.append((given if fn_name is None else list(given), expected))
     return pairs
 
@@ -41,6 +49,7 @@ def _request(spec: Launch, pairs: list[Test], fn_name: str | None, limits: Limit
     try:
         return json.dumps({
             "program": spec.program, "inputs": [given for given, _ in pairs], "fn_name": fn_name,
+            "checks": [expected.source if isinstance(expected, Check) else None for _, expected in pairs],
             "limits": asdict(limits), "kill_all": spec.kill_all, "fresh": fresh,
         }).encode("utf-8")
     except (TypeError, ValueError) as err:
@@ -70,7 +79,10 @@ def _stop(proc: subprocess.Popen, spec: Launch) -> None:
     proc.wait()
 
 
-def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], str, bool]:
+def _execute(spec: Launch, request: bytes, budget: float, on_line: Callable[[bytes], bool], line_limit: int) -> tuple[str, bool]:
+    """Run the driver on ``request``, handing each line it prints to ``on_line`` as it comes (a
+    False answer stops the reading) within ``budget`` seconds; (the end of its error output,
+    whether the budget ran out). Only one line is held at a time, whatever a program prints."""
     try:
         proc = subprocess.Popen(
             spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -79,22 +91,95 @@ def _execute(spec: Launch, request: bytes, budget: float) -> tuple[list[dict], s
         )
     except OSError as err:
         raise SandboxUnavailable(f"cannot start {spec.argv[0]}: {err}") from None
-    timed_out = False
-    try:
-        out, err = proc.communicate(request, timeout=budget)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _stop(proc, spec)
-        out, err = proc.communicate()
-    finally:
-        _stop(proc, spec)
-    records = []
-    for line in out.decode("utf-8", "replace").splitlines():
+    stopping, expired = threading.Lock(), threading.Event()
+    errors = bytearray()
+
+    def stop() -> None:
+        with stopping:
+            _stop(proc, spec)
+
+    def expire() -> None:
+        expired.set()
+        stop()
+
+    def feed() -> None:
         try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short when the driver was killed
-    return records, err.decode("utf-8", "replace"), timed_out
+            proc.stdin.write(request)
+            proc.stdin.close()
+        except OSError:  # the driver is gone; its end of the story is on its other pipes
+            pass
+
+    def collect() -> None:
+        for chunk in iter(lambda: proc.stderr.read1(1 << 16), b""):
+            errors.extend(chunk)
+            del errors[:-ERRORS_KEEP]
+
+    helpers = [threading.Thread(target=feed, daemon=True), threading.Thread(target=collect, daemon=True)]
+    timer = threading.Timer(budget, expire)
+    for thread in (*helpers, timer):
+        thread.start()
+    try:
+        for line in iter(lambda: proc.stdout.readline(line_limit), b""):
+            if not on_line(line):
+                break
+    finally:
+        timer.cancel()
+        stop()
+        for thread in helpers:
+            thread.join()
+    return errors.decode("utf-8", "replace"), expired.is_set()
+
+
+def _record(line: bytes, index: int) -> dict | None:
+    """The driver's record of test ``index`` from ``line``, or None when the line is not one."""
+    if not line.endswith(b"\n"):
+        return None  # cut short when the driver was killed, or longer than any record can be
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("i") != index or not isinstance(record.get("check"), (str, type(None))):
+        return None
+    for name, kind in RECORD_FIELDS.items():
+        if not isinstance(record.get(name), kind) or (kind is int and isinstance(record[name], bool)):
+            return None
+    return record
+
+
+class _Records:
+    """The driver's lines, taken one at a time: ``ready``, then a syntax error or each test's
+    record in order, judged as it comes (only the verdict is kept)."""
+
+    READY = b'{"ready": true}\n'
+
+    def __init__(self, pairs: list[Test], fn_name: str | None) -> None:
+        self.pairs, self.fn_name = pairs, fn_name
+        self.results: list[TestResult] = []
+        self.ready = self.malformed = False
+        self.syntax_error: str | None = None
+
+    def take(self, line: bytes) -> bool:
+        """Take one line; False when no more should be read."""
+        if not self.ready:
+            self.ready = line == self.READY
+            return self.ready
+        done = len(self.results)
+        record = _record(line, done)
+        if record is None:
+            found = _syntax_error(line) if done == 0 else None
+            self.syntax_error, self.malformed = found, found is None and line.endswith(b"\n")
+            return False
+        self.results.append(_verdict(record, self.pairs[done][1], self.fn_name))
+        return done + 1 < len(self.pairs)
+
+
+def _syntax_error(line: bytes) -> str | None:
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    text = found.get("syntax_error") if isinstance(found, dict) and len(found) == 1 else None
+    return text if isinstance(text, str) else None
 
 
 def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
@@ -106,6 +191,12 @@ def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
         status = "timeout"
     elif code != 0:
         status = "memory_limit" if "MemoryError" in stderr else "runtime_error"
+    elif isinstance(expected, Check):
+        verdict = record.get("check")
+        if verdict is None:
+            status, stderr = "runtime_error", stderr + "\n(the program ended before the check finished)"
+        elif verdict != "passed":
+            status, stderr = "wrong_answer", f"{stderr}\n(the check failed: {verdict})"
     elif fn_name is None:
         status = "passed" if expected is None or outputs_match(stdout, expected) else "wrong_answer"
     elif not record["value"]:
@@ -134,7 +225,10 @@ def run_tests(
     input and ``expected`` its standard output (``None``: any output, as long as it exits
     cleanly). With ``fn_name`` the input is the list of arguments of that function (a top-level
     function, or a method of a class ``Solution`` as in LeetCode-style APPS problems) and
-    ``expected`` its return value. Expected values never leave this process.
+    ``expected`` its return value, or a :class:`Check` whose function judges the program's
+    function (HumanEval's ``check``). Expected values never leave this process; a Check's source
+    goes to the sandbox's driver, which the program cannot reach, and the tests of a program with
+    any Check start fresh interpreters (a forked test would hold the driver's memory).
 
     Each test runs in a process of its own, forked from the sandbox's driver once the program is
     compiled, and runs the program as ``python -I`` would: the same streams, exit status,
@@ -155,11 +249,12 @@ def run_tests(
     pairs = _checked(tests, fn_name)
     if not pairs:
         return []
+    records = _Records(pairs, fn_name)
     with launch(program, isolation, bwrap) as spec:
         request = _request(spec, pairs, fn_name, limits, fresh_interpreter)
         budget = STARTUP_S + len(pairs) * (limits.time_s + PER_TEST_S)
-        records, errors, timed_out = _execute(spec, request, budget)
-    if not any(record.get("ready") for record in records):
+        errors, timed_out = _execute(spec, request, budget, records.take, 16 * limits.output_bytes + (1 << 20))
+    if not records.ready:
         if isolation == "bwrap" and "bwrap:" in errors:
             raise SandboxUnavailable(
                 f"bubblewrap could not build the sandbox ({errors.strip().splitlines()[-1]}); it needs "
@@ -167,14 +262,12 @@ def run_tests(
                 "kernel.apparmor_restrict_unprivileged_userns=0)"
             )
         raise RuntimeError(f"the sandbox driver did not start: {errors.strip()[-500:] or 'no error output'}")
-    for record in records:
-        if "syntax_error" in record:
-            return [TestResult("syntax_error", stderr=excerpt(record["syntax_error"], tail=True)) for _ in pairs]
-    done = {record["i"]: record for record in records if "i" in record}
-    why = "ran out of time" if timed_out else "ended early (the program stopped its driver)"
+    if records.syntax_error is not None:
+        return [TestResult("syntax_error", stderr=excerpt(records.syntax_error, tail=True)) for _ in pairs]
+    if records.malformed:
+        why = "sent a record it could not have written"
+    else:
+        why = "ran out of time" if timed_out else "ended early (the program stopped its driver)"
     why += f"\n{errors.strip()[-500:]}" if errors.strip() else ""
     missing = TestResult("timeout" if timed_out else "runtime_error", stderr=f"not run: the sandbox {why}")
-    return [
-        _verdict(done[index], expected, fn_name) if index in done else missing
-        for index, (_, expected) in enumerate(pairs)
-    ]
+    return records.results + [missing] * (len(pairs) - len(records.results))

