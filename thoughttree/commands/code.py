@@ -221,11 +221,13 @@ def run_check_program(args: argparse.Namespace) -> int:
         program = args.program.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"{args.program}: cannot read the program ({exc})") from exc
-    problems = {p.key: p for p in _load_apps(args.data, apps.Selection())}
-    if args.problem not in problems:
-        ids = sorted(problems, key=lambda k: (len(k), k))
+    try:
+        problem = apps.find(args.data, args.problem)
+        ids = sorted(apps.problem_ids(args.data), key=lambda k: (len(k), k)) if problem is None else []
+    except apps.AppsDataError as exc:
+        raise CliError(f"--data {args.data}: {exc}") from exc
+    if problem is None:
         raise CliError(f"--problem {args.problem}: no such problem in {args.data}; ids run {ids[0]}..{ids[-1]}")
-    problem = problems[args.problem]
     from ..sandbox import SandboxUnavailable, run_tests
 
     tests = [("public", t) for t in problem.public] + [("hidden", t) for t in problem.hidden]

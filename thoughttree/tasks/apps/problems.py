@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..code.problem import CodeProblem, split_public
 
@@ -55,33 +55,76 @@ def load(data: str | Path, selection: Selection | None = None) -> list[CodeProbl
 
     The range applies to the problems' positions in the data (file order, or folder names in
     order) before the difficulty filter, so ``start``/``end`` mean the same for every difficulty.
+    Only the problems in the range are read in full (a folder's files) and checked.
     """
     selection = selection or Selection()
-    path = bundled_path() if str(data) == BUNDLED else Path(data)
-    if path.is_dir():
-        rows = list(_folder_rows(path))
-    elif path.is_file():
-        rows = list(_jsonl_rows(path))
-    else:
-        raise AppsDataError(f"{path}: no such file or folder; pass 'bundled', a .jsonl file or an APPS split folder")
-    if not rows:
-        raise AppsDataError(f"{path}: holds no problems")
-    if selection.start >= len(rows):
-        raise AppsDataError(f"start {selection.start} is beyond the data: {path} holds {len(rows)} problems "
-                            f"(positions 0..{len(rows) - 1})")
-    picked = rows[selection.start:selection.end]
-    problems = [problem_from_row(row, f"{path} problem {row.get('problem_id')}") for row in picked]
+    path, ids, read = _entries(data)
+    if selection.start >= len(ids):
+        raise AppsDataError(f"start {selection.start} is beyond the data: {path} holds {len(ids)} problems "
+                            f"(positions 0..{len(ids) - 1})")
+    positions = range(len(ids))[selection.start:selection.end]
+    problems = [problem_from_row(read(i), f"{path} problem {ids[i]}") for i in positions]
     if selection.difficulty != "all":
         problems = [p for p in problems if p.difficulty == selection.difficulty]
     if not problems:
         raise AppsDataError(f"{path}: no {selection.difficulty} problems among positions "
-                            f"{selection.start}..{(selection.end or len(rows)) - 1}")
+                            f"{selection.start}..{(selection.end or len(ids)) - 1}")
     return problems
 
 
-def _jsonl_rows(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+def find(data: str | Path, key: str) -> CodeProblem | None:
+    """The problem whose id is ``key`` ("0002" finds the folder or id 2), reading only that one;
+    None when there is none."""
+    path, ids, read = _entries(data)
+    wanted = {key, key.lstrip("0") or "0"} if key.isdigit() else {key}
+    for i, problem_id in enumerate(ids):
+        if problem_id in wanted:
+            return problem_from_row(read(i), f"{path} problem {problem_id}")
+    return None
+
+
+def problem_ids(data: str | Path) -> list[str]:
+    """Every problem's id, in the data's order."""
+    return _entries(data)[1]
+
+
+def _entries(data: str | Path) -> tuple[Path, list[str], Callable[[int], dict[str, Any]]]:
+    """(the data's path, each problem's id, a reader of the row at a position); ids must be unique."""
+    path = bundled_path() if str(data) == BUNDLED else Path(data)
+    if path.is_dir():
+        folders = _problem_folders(path)
+        ids = [_folder_id(f) for f in folders]
+        read: Callable[[int], dict[str, Any]] = lambda i: _folder_row(folders[i])  # noqa: E731
+    elif path.is_file():
+        rows = list(_jsonl_rows(path))
+        for number, row in rows:
+            if "problem_id" not in row:
+                raise AppsDataError(f"{path} line {number}: no problem_id; APPS rows have problem_id, question, "
+                                    "solutions, input_output, difficulty, url, starter_code")
+        ids = [str(row["problem_id"]) for _, row in rows]
+        read = lambda i: rows[i][1]  # noqa: E731
+    else:
+        raise AppsDataError(f"{path}: no such file or folder; pass 'bundled', a .jsonl file or an APPS split folder")
+    if not ids:
+        raise AppsDataError(f"{path}: holds no problems")
+    first: dict[str, int] = {}
+    for i, problem_id in enumerate(ids):
+        if problem_id in first:
+            raise AppsDataError(f"{path}: problem id {problem_id} appears at positions {first[problem_id]} and {i}; "
+                                "ids must be unique (remove or renumber one)")
+        first[problem_id] = i
+    return path, ids, read
+
+
+def _jsonl_rows(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line number, row) for each row of a JSON-lines file."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise AppsDataError(f"{path} line {number}: not UTF-8 text (byte {exc.start} of the line); "
+                                    "APPS rows are UTF-8 JSON") from None
             if not line.strip():
                 continue
             try:
@@ -90,35 +133,61 @@ def _jsonl_rows(path: Path) -> Iterable[dict[str, Any]]:
                 raise AppsDataError(f"{path} line {number}: not JSON ({exc.msg}); expected one APPS row per line") from None
             if not isinstance(row, dict):
                 raise AppsDataError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
-            yield row
+            yield number, row
 
 
-def _folder_rows(root: Path) -> Iterable[dict[str, Any]]:
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and (p / "question.txt").is_file())
-    if not folders:
+def _problem_folders(root: Path) -> list[Path]:
+    folders = sorted(p for p in root.iterdir() if p.is_dir())
+    if not any((f / "question.txt").is_file() for f in folders):
         raise AppsDataError(f"{root}: no problem folders (<id>/question.txt); point at an APPS split such as APPS/test")
     for folder in folders:
-        meta_file = folder / "metadata.json"
-        meta = _read_json(meta_file) if meta_file.is_file() else {}
-        io_file = folder / "input_output.json"
-        if not io_file.is_file():
-            raise AppsDataError(f"{folder}: no input_output.json; every problem needs its tests")
-        starter = folder / "starter_code.py"
-        solutions = folder / "solutions.json"
-        yield {
-            "problem_id": int(folder.name) if folder.name.isdigit() else folder.name,
-            "question": (folder / "question.txt").read_text(encoding="utf-8"),
-            "input_output": _read_json(io_file),
-            "solutions": _read_json(solutions) if solutions.is_file() else [],
-            "difficulty": meta.get("difficulty", ""),
-            "url": meta.get("url", ""),
-            "starter_code": starter.read_text(encoding="utf-8") if starter.is_file() else "",
-        }
+        if not (folder / "question.txt").is_file():
+            raise AppsDataError(f"{folder}: no question.txt, so the problem positions after it would shift; "
+                                "restore the file or remove the folder")
+    return folders
+
+
+def _folder_id(folder: Path) -> str:
+    return str(int(folder.name)) if folder.name.isdigit() else folder.name
+
+
+def _folder_row(folder: Path) -> dict[str, Any]:
+    meta_file = folder / "metadata.json"
+    meta = _read_json(meta_file) if meta_file.is_file() else {}
+    if not isinstance(meta, dict):
+        raise AppsDataError(f"{meta_file}: expected a JSON object (difficulty, url), got {type(meta).__name__}")
+    io_file = folder / "input_output.json"
+    if not io_file.is_file():
+        raise AppsDataError(f"{folder}: no input_output.json; a problem needs its tests (restore the file, or "
+                            "choose a range of problems without it)")
+    starter = folder / "starter_code.py"
+    solutions_file = folder / "solutions.json"
+    solutions = _read_json(solutions_file) if solutions_file.is_file() else []
+    if not isinstance(solutions, list):
+        raise AppsDataError(f"{solutions_file}: expected a JSON list of programs, got {type(solutions).__name__}")
+    return {
+        "problem_id": _folder_id(folder),
+        "question": _read_text(folder / "question.txt"),
+        "input_output": _read_json(io_file),
+        "solutions": solutions,
+        "difficulty": meta.get("difficulty", ""),
+        "url": meta.get("url", ""),
+        "starter_code": _read_text(starter) if starter.is_file() else "",
+    }
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise AppsDataError(f"{path}: not UTF-8 text (byte {exc.start}); APPS files are UTF-8") from None
+    except OSError as exc:
+        raise AppsDataError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise AppsDataError(f"{path}: not JSON ({exc.msg})") from None
 
@@ -146,18 +215,22 @@ def problem_from_row(row: dict[str, Any], where: str = "row") -> CodeProblem:
     if len(io["inputs"]) != len(io["outputs"]):
         raise AppsDataError(f"{where}: {len(io['inputs'])} inputs but {len(io['outputs'])} outputs")
     fn_name = io.get("fn_name") or None
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise AppsDataError(f"{where}: input_output's fn_name {fn_name!r} is not a Python function name")
     if fn_name is None:
         tests = [(_as_text(i), _as_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
     else:
         tests = [(i if isinstance(i, list) else [i], o) for i, o in zip(io["inputs"], io["outputs"])]
     solutions = _decoded(row.get("solutions"), "solutions", where) or []
+    if not isinstance(solutions, list) or not all(isinstance(x, str) for x in solutions):
+        raise AppsDataError(f"{where}: solutions must be a list of program texts, got {type(solutions).__name__}")
     difficulty = str(row.get("difficulty") or "")
     if difficulty and difficulty not in DIFFICULTIES:
         raise AppsDataError(f"{where}: unknown difficulty {difficulty!r}; APPS uses {', '.join(DIFFICULTIES)}")
     try:
         public, hidden = split_public(tests, str(row["question"]), fn_name=fn_name)
     except ValueError as exc:
-        raise AppsDataError(f"{where}: {exc}") from None
+        raise AppsDataError(f"{where}: {exc}; fix its tests, or choose a range of problems without it") from None
     return CodeProblem(
         key=str(row["problem_id"]), statement=str(row["question"]), public=public, hidden=hidden, fn_name=fn_name,
         starter_code=str(row.get("starter_code") or ""), difficulty=difficulty,
