@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -20,6 +21,7 @@ from .commands.common import USAGE_ERROR, CliError
 from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
+from .interrupts import EXIT_CODES
 from .runner import RunError
 from .ranks import RankFailure
 from .tree.serialize import RunFileError
@@ -61,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"thoughttree {args.command}: error: {exc}", file=sys.stderr)
         _exit_if_distributed(RANK_FAILED)
         return RANK_FAILED
+    except KeyboardInterrupt:  # outside a run (which saves and reports itself): loading, say
+        print(f"thoughttree {args.command}: interrupted", file=sys.stderr)
+        return EXIT_CODES[signal.SIGINT]
 
 
 def _exit_if_distributed(status: int) -> None:

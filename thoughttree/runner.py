@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .interrupts import EXIT_CODES, Interrupts
-from .tree.serialize import EntryTexts, RunFile, load_run
+from .tree.serialize import EntryTexts, RunFile, holds_run_file, load_run
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -76,7 +76,7 @@ class RunOptions:
     def check(self) -> None:
         """Fail before any work (loading a model included) when the run file cannot be written or resumed."""
         if self.path is not None:
-            check_output(self.path)
+            check_output(self.path, "--output" if self.output is not None else "--resume")
         if self.resume is not None:
             load_run(self.resume)
 
@@ -118,21 +118,26 @@ def is_partial(record: Record) -> bool:
     return record.get("result", {}).get("stopped") == "interrupted"
 
 
-def check_output(path: Path) -> None:
-    """Fail before any work when ``path`` cannot take the run file."""
+def check_output(path: Path, flag: str = "--output") -> None:
+    """Fail before any work when ``path`` cannot take the run file (``flag`` names the option
+    that gave it): a directory, a missing folder, a place that cannot be written, or a file
+    that is there and is not a thoughttree run file (it would be lost)."""
     if path.is_dir():
-        raise RunError(f"--output {path} is a directory; give a file path such as {path / 'run.json'}")
+        raise RunError(f"{flag} {path} is a directory; give a file path such as {path / 'run.json'}")
     parent = path.parent
     if not parent.is_dir():
-        raise RunError(f"--output {path}: the directory {parent} does not exist; create it first")
+        raise RunError(f"{flag} {path}: the directory {parent} does not exist; create it first")
     probe = parent / f".{path.name}.{threading.get_ident()}.probe"
     try:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise RunError(f"--output {path}: cannot write in {parent} ({exc.strerror}); choose another path") from None
+        raise RunError(f"{flag} {path}: cannot write in {parent} ({exc.strerror}); choose another path") from None
     if path.exists() and not path.is_file():
-        raise RunError(f"--output {path} exists and is not a file; choose another path")
+        raise RunError(f"{flag} {path} exists and is not a file; choose another path")
+    if path.is_file() and not holds_run_file(path, empty=True):
+        raise RunError(f"{flag} {path} holds a file that is not a thoughttree run file, which the run would "
+                       "replace; choose another path or move the file")
 
 
 def build_run(meta: dict[str, Any], planned: int, records: Sequence[Record], totals: Totals,

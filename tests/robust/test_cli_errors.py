@@ -28,6 +28,8 @@ def one_error_line(capsys, *argv: str) -> str:
         (["demo", "--puzzles", "500"], "--puzzles 500: the data has 462 puzzles from index 900"),
         (["game24", "--method", "io", "--prompts", "few_shot", "--end", "901"],
          "the prompt of puzzle 4 5 6 10 has 440 tokens, the model's context is 256; use --prompts compact"),
+        (["game24", "--method", "bfs", "--prompts", "few_shot", "--end", "901"],
+         "the proposal prompt of puzzle 4 5 6 10 has 526 tokens, the model's context is 256; use --prompts compact"),
         (["game24", "--attention", "deft", "--end", "901"], "--attention deft runs Triton kernels on a CUDA GPU"),
         (["game24", "--puzzle", "1 2 3 4", "--puzzle", "1 2 3 4"], "a --puzzle is given twice"),
         (["bench", "--tokens", "256"], "--tokens 256 leaves no room for a prompt"),
@@ -48,6 +50,24 @@ def test_an_unusable_output_fails_before_loading_the_model(tmp_path, capsys, cas
     out = tmp_path if case == "directory" else tmp_path / "no" / "run.json"
     err = one_error_line(capsys, "game24", "--end", "901", "--output", out, "--model", tmp_path / "nothing-here")
     assert ("is a directory" if case == "directory" else "does not exist; create it first") in err
+
+
+def test_an_output_path_holding_another_file_is_refused_and_kept(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    err = one_error_line(capsys, "game24", "--end", "901", "--output", notes)
+    assert "is not a thoughttree run file" in err and notes.read_text() == "my notes\n"
+    assert "--resume" in one_error_line(capsys, "game24", "--end", "901", "--resume", tmp_path)
+
+
+def test_an_interrupt_outside_a_run_is_one_line_and_status_130(capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("thoughttree.commands.game24.load_model", interrupted)
+    assert main(["game24", "--end", "901"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "thoughttree game24: interrupted"
 
 
 def test_the_bundled_model_is_known_by_its_path(tmp_path):

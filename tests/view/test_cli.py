@@ -116,6 +116,14 @@ def test_bad_run_files_give_one_clear_line_and_status_2(tmp_path, capsys):
     broken_tree = tmp_path / "broken.json"
     broken_tree.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": [{"tree": {"a": 3}}]}))
     assert "problem 0" in error_line(capsys, "stats", broken_tree)
+    not_a_list = tmp_path / "not_a_list.json"
+    not_a_list.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": 5}))
+    assert "problems must be a list" in error_line(capsys, "show", not_a_list)
+    odd_status = tmp_path / "odd_status.json"
+    tree = tree_to_dict(ThoughtTree(prompt=[7, 8]))
+    tree["nodes"][0]["status"] = ["open"]
+    odd_status.write_text(json.dumps({"format": "thoughttree.run", "version": 1, "problems": [{"tree": tree}]}))
+    assert "status must be one of" in error_line(capsys, "stats", odd_status)
 
 
 def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys):

@@ -81,9 +81,8 @@ def _ready(args: argparse.Namespace) -> None:
     from ..sandbox import SandboxUnavailable, run_tests
 
     check_device(args.device)
-    target = args.output if args.output is not None else args.resume
-    if target is not None:
-        check_output(target)
+    if args.output is not None or args.resume is not None:
+        check_output(*((args.output, "--output") if args.output is not None else (args.resume, "--resume")))
 
     try:
         run_tests("", [("", None)])

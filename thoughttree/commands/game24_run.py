@@ -21,7 +21,7 @@ from ..tasks.evaluate import LogProb
 from ..tasks.game24.arith import check_answer, format_numbers
 from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
 from ..tasks.game24.task import STYLES, VALUES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
-from ..tree import derive_seed
+from ..tree import ThoughtTree, derive_seed
 from ..tree.serialize import RunFile
 from .model import model_meta
 
@@ -131,15 +131,20 @@ def game24_problems(run: Game24Run) -> list[Problem]:
 
 
 def check_prompts_fit(lm: Any, run: Game24Run) -> None:
-    """Raise ValueError when a puzzle's prompt leaves no room in the model's context (before any search)."""
+    """Raise ValueError when a puzzle's prompt, or the tree searches' proposal prompt for its
+    first step (the longest they send), leaves no room in the model's context (before any search)."""
     task, _ = run.task_and_strategy()
     for _, text in run.problems():
-        prompt = task.prompt(text)
-        size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
-        if size >= lm.max_context:
-            fix = "use --prompts compact" if run.prompts == "few_shot" else "use a model with a longer context"
-            raise ValueError(f"--prompts {run.prompts} --method {run.method}: the prompt of puzzle {text} has {size} "
-                             f"tokens, the model's context is {lm.max_context}; {fix}")
+        prompts = {"prompt": task.prompt(text)}
+        if isinstance(task, Game24):
+            root = ThoughtTree(prompt=[0]).root
+            prompts["proposal prompt"] = task.request(text, root).prompt
+        for what, prompt in prompts.items():
+            size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
+            if size >= lm.max_context:
+                fix = "use --prompts compact" if run.prompts == "few_shot" else "use a model with a longer context"
+                raise ValueError(f"--prompts {run.prompts} --method {run.method}: the {what} of puzzle {text} has "
+                                 f"{size} tokens, the model's context is {lm.max_context}; {fix}")
 
 
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:

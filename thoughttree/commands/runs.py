@@ -17,7 +17,7 @@ from rich.table import Table
 from ..live import format_stat
 from ..tree.export import graphml_text, to_dot
 from ..tree.render import legend, one_line, show
-from ..tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
+from ..tree.serialize import RunFile, RunFileError, holds_run_file, load_run, tree_from_dict, tree_to_dict
 from ..tree.summary import TreeSummary, combine, summarize
 from ..tree.node import Node
 from ..tree.thought_tree import ThoughtTree
@@ -233,8 +233,9 @@ def run_export(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    if args.output.exists() and args.output.samefile(args.run_file):
-        raise CliError(f"--output {args.output} is the run file being exported; write the export to another path")
+    if args.output.is_file() and (args.output.samefile(args.run_file) or holds_run_file(args.output)):
+        which = "the run file being exported" if args.output.samefile(args.run_file) else "a thoughttree run file"
+        raise CliError(f"--output {args.output} is {which}; write the export to another path")
     try:
         args.output.write_text(text, encoding="utf-8")
     except OSError as exc:

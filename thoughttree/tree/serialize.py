@@ -144,6 +144,21 @@ class RunFile:
             raise
 
 
+PEEK_BYTES = 1 << 16
+
+
+def holds_run_file(path: str | Path, *, empty: bool = False) -> bool:
+    """Whether the file at ``path`` begins as a run file does (its top-level keys are sorted, so
+    the format comes among the first); an empty file counts when ``empty``, and a file that cannot
+    be read counts as one, to be safe."""
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(PEEK_BYTES)
+    except OSError:
+        return True
+    return json.dumps({"format": FORMAT})[1:-1].encode() in head or (empty and not head.strip())
+
+
 def load_run(path: str | Path) -> RunFile:
     """Read a run file, with a clear error for a missing, corrupt or newer-version file."""
     path = Path(path)
@@ -154,6 +169,8 @@ def load_run(path: str | Path) -> RunFile:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunFileError(f"{path} is not valid JSON ({exc}); the file is corrupt or not a run file") from exc
     _check_header(data, FORMAT, "run", path)
+    if not isinstance(data.get("problems", []), list):
+        raise RunFileError(f"{path}: problems must be a list, got {type(data['problems']).__name__}; the file is corrupt")
     for i, entry in enumerate(data.get("problems") or []):
         if isinstance(entry, dict) and isinstance(entry.get("tree"), dict):
             try:

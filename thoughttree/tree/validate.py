@@ -57,7 +57,8 @@ def check_tree_data(data: Any) -> None:
             _want(value is None or _number(value), f"{where}: {key}", "a number or null", value)
         _want(_whole(raw.get("visits", 0)) and raw.get("visits", 0) >= 0, f"{where}: visits",
               "a whole number >= 0", raw.get("visits"))
-        _want(raw["status"] in _STATUSES, f"{where}: status", f"one of {', '.join(sorted(_STATUSES))}", raw["status"])
+        _want(isinstance(raw["status"], str) and raw["status"] in _STATUSES, f"{where}: status",
+              f"one of {', '.join(sorted(_STATUSES))}", raw["status"])
         _want(isinstance(raw.get("metadata", {}), dict), f"{where}: metadata", "a JSON object", raw.get("metadata"))
 
 
