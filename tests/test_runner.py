@@ -140,8 +140,15 @@ def test_an_interrupted_run_without_output_is_saved_in_the_working_directory(tmp
 def test_resume_refuses_another_runs_file(tmp_path):
     out = tmp_path / "run.json"
     run_problems(PROBLEMS, Solver(kill_on=1), META, RunOptions(output=out, progress=False))
-    with pytest.raises(RunError, match=r"meta\.seed=3, this run has 4"):
+    with pytest.raises(RunError, match=r"meta\.seed=3 there, 4 here; resume"):
         run_problems(PROBLEMS, Solver(), {**META, "seed": 4}, RunOptions(resume=out, progress=False))
+    bfs = tmp_path / "bfs.json"
+    run_problems(PROBLEMS, Solver(kill_on=1), {**META, "run": {"method": "bfs", "breadth": 2}},
+                 RunOptions(output=bfs, progress=False))
+    io = {**META, "seed": 4, "run": {"method": "io", "breadth": 5}}
+    with pytest.raises(RunError, match=r"meta\.run\.method='bfs' there, 'io' here; meta\.run\.breadth=2 there, 5 here; "
+                                       r"meta\.seed=3 there, 4 here; resume"):
+        run_problems(PROBLEMS, Solver(), io, RunOptions(resume=bfs, progress=False))
     with pytest.raises(RunError, match="not this run's"):
         run_problems(PROBLEMS[2:], Solver(), META, RunOptions(resume=out, progress=False))
 

@@ -172,10 +172,11 @@ def merge_runs(parts: Sequence[RunFile], problems: Sequence[Problem], totals: To
 def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -> tuple[dict[str, Record], float]:
     """The finished records of a stopped run (by id) and its wall time so far; checks it is this run."""
     run = load_run(path)
-    difference = _first_difference(run.meta, json.loads(json.dumps(meta)), "meta")
-    if difference is not None:
-        key, theirs, ours = difference
-        raise RunError(f"--resume {path} was written with {key}={theirs!r}, this run has {ours!r}; "
+    differences = _differences(run.meta, json.loads(json.dumps(meta)), "meta")
+    if differences:
+        listed = "; ".join(f"{key}={theirs!r} there, {ours!r} here" for key, theirs, ours in differences[:DIFFERENCES_SHOWN])
+        more = f" (and {len(differences) - DIFFERENCES_SHOWN} more)" if len(differences) > DIFFERENCES_SHOWN else ""
+        raise RunError(f"--resume {path} was written by a run with other options: {listed}{more}; "
                        "resume with the options of the stopped run")
     ids = {p.id for p in problems}
     done: dict[str, Record] = {}
@@ -187,15 +188,16 @@ def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -
     return done, float(run.totals.get("wall_time", 0.0))
 
 
-def _first_difference(a: Any, b: Any, where: str) -> tuple[str, Any, Any] | None:
-    """The dotted path of the first place where ``a`` and ``b`` differ, with both values there."""
+DIFFERENCES_SHOWN = 4
+
+
+def _differences(a: Any, b: Any, where: str) -> list[tuple[str, Any, Any]]:
+    """The dotted paths where ``a`` and ``b`` differ, with both values there; the run's method
+    first (the difference that explains the others), then in key order."""
     if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
-            if found is not None:
-                return found
-        return None
-    return None if a == b else (where, a, b)
+        found = [d for key in sorted(set(a) | set(b)) for d in _differences(a.get(key), b.get(key), f"{where}.{key}")]
+        return sorted(found, key=lambda d: not d[0].endswith(".method"))
+    return [] if a == b else [(where, a, b)]
 
 
 def run_problems(
