@@ -30,7 +30,7 @@ def one_error_line(capsys, *argv: str) -> str:
          "the prompt of puzzle 4 5 6 10 has 440 tokens, the model's context is 256; use --prompts compact"),
         (["game24", "--method", "bfs", "--prompts", "few_shot", "--end", "901"],
          "the proposal prompt of puzzle 4 5 6 10 has 526 tokens, the model's context is 256; use --prompts compact"),
-        (["game24", "--attention", "deft", "--end", "901"], "--attention deft runs Triton kernels on a CUDA GPU"),
+        (["game24", "--attention", "deft", "--end", "901"], "attention 'deft' runs Triton kernels on a CUDA GPU"),
         (["game24", "--puzzle", "1 2 3 4", "--puzzle", "1 2 3 4"], "a --puzzle is given twice"),
         (["bench", "--tokens", "256"], "--tokens 256 leaves no room for a prompt"),
     ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,35 @@ def test_prompt_longer_than_context(tiny_model_dir) -> None:
         lm.tree_logits([[1, 10**6]])
     tree.prune(tree.root)
     lm.check_integrity(tree)
+    assert lm.kv.pool.num_used == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"device": "gpu"}, "is not a device; use 'cpu' or 'cuda'"),
+    ({"device": "meta"}, "thoughttree runs on cpu or cuda, not meta"),
+    ({"dtype": torch.int8}, "unsupported dtype torch.int8"),
+    ({"dtype": torch.float64}, "unsupported dtype torch.float64"),
+    ({"device": "cpu", "runtime": RuntimeConfig(attention="deft")}, "attention 'deft' runs Triton kernels on a CUDA GPU"),
+    ({"device": "cpu", "dtype": "float32", "runtime": RuntimeConfig(attention="per_sequence")}, "takes 16-bit weights"),
+])
+def test_a_device_dtype_or_attention_that_cannot_run_is_refused_before_loading(tiny_model_dir, monkeypatch, kwargs, message) -> None:
+    if "runtime" in kwargs and "16-bit" not in message:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr("thoughttree.runtime.lm.load_transformer", lambda *a, **k: pytest.fail("loaded the weights"))
+    with pytest.raises(ValueError, match=message):
+        LM.from_pretrained(tiny_model_dir, **kwargs)
+
+
+def test_tree_logits_takes_lists_of_whole_token_ids(tiny_model_dir) -> None:
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    for bad, message in (([1, 5, 6], "pass a list of token-id lists"), ([[1, 5.5]], "whole numbers"),
+                         ([["1", "5"]], "whole numbers"), ([[1, True]], "whole numbers"), ([[1, 2**70]], "whole numbers")):
+        with pytest.raises(TypeError, match=message):
+            lm.tree_logits(bad)
+    logits = lm.tree_logits([[1, 5], (1, 6), torch.tensor([1, 7]), np.array([1, 8])])
+    assert logits.shape == (4, lm.config.vocab_size)
+    torch.testing.assert_close(logits[2], lm.tree_logits([[1, 7]])[0], rtol=1e-5, atol=1e-5)
+    lm.check_integrity()
     assert lm.kv.pool.num_used == 0
 
 

@@ -6,7 +6,6 @@ torch is imported here only when a model is loaded, so commands that read run fi
 from __future__ import annotations
 
 import argparse
-import os
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from ..runtime import LM
 
 ATTENTION = ("auto", "deft", "per_sequence", "reference")
-_TRITON = ("deft", "per_sequence")
 
 
 def bundled_model_path() -> Path:
@@ -85,12 +83,8 @@ def load_model(
         raise CliError(f"--model {spec}: {exc}") from exc
     except ParallelError as exc:
         raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
-    if attention in _TRITON:
-        if lm.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise CliError(f"--attention {attention} runs Triton kernels on a CUDA GPU; on the CPU use "
-                           "--attention reference (or set TRITON_INTERPRET=1 for the slow interpreter)")
-        if lm.model.dtype.itemsize != 2:
-            raise CliError(f"--attention {attention} takes 16-bit weights; add --dtype float16 or bfloat16")
+    except ValueError as exc:  # the device, dtype and attention backend, checked before loading
+        raise CliError(str(exc)) from exc
     return lm
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,6 +27,8 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"unsupported dtype {dtype}; use one of {', '.join(_DTYPES)}")
         return dtype
     if dtype is None:
         if device.type == "cpu":
@@ -34,6 +37,40 @@ def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: to
     if dtype not in _DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
+
+
+def _resolve_device(device: torch.device | str | None) -> torch.device:
+    """The device to run on (CUDA when there is one, by default), checked to be usable here."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device; use 'cpu' or 'cuda' ('cuda:N' for one GPU)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: thoughttree runs on cpu or cuda, not {dev.type}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"device {device!r}: CUDA is not available ({why}); use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: there are {torch.cuda.device_count()} CUDA devices (0..)")
+    return dev
+
+
+TRITON_BACKENDS = ("deft", "per_sequence")
+
+
+def check_attention(attention: str, device: torch.device, dtype: torch.dtype) -> None:
+    """ValueError when the attention backend cannot run with this device and dtype: the Triton
+    backends run on a CUDA GPU (or under ``TRITON_INTERPRET=1``) and take 16-bit KV."""
+    if attention not in TRITON_BACKENDS:
+        return
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"attention {attention!r} runs Triton kernels on a CUDA GPU; on the CPU use 'reference' "
+                         "(or set TRITON_INTERPRET=1 for the slow interpreter)")
+    if dtype.itemsize != 2:
+        raise ValueError(f"attention {attention!r} takes 16-bit weights; load them in float16 or bfloat16")
 
 
 def _pool_pages(
@@ -76,6 +113,7 @@ class LM:
         )
         self.kv = KVTree(pool)
         attention = runtime.attention
+        check_attention(attention, model.device, model.dtype)
         if attention == "auto":
             half = model.dtype in (torch.float16, torch.bfloat16)  # the kernels take 16-bit KV
             attention = "deft" if model.device.type == "cuda" and half else "reference"
@@ -103,7 +141,9 @@ class LM:
     ) -> LM:
         """Load a local Hugging Face directory (config.json, *.safetensors, tokenizer); never downloads.
 
-        device defaults to CUDA when available; dtype to the checkpoint's on CUDA and float32 on CPU.
+        device defaults to CUDA when available; dtype (float32, float16 or bfloat16) to the
+        checkpoint's on CUDA and float32 on CPU. A device, dtype or attention backend that cannot
+        run here raises ValueError before anything loads.
         ``tensor_parallel=N`` splits the model over the N ranks of a ``torchrun --nproc-per-node N``
         launch (each on its own GPU, ``cuda:LOCAL_RANK``); every rank must run the same program.
         Weights go to the device as they are read, so the host needs no room for the model
@@ -114,9 +154,10 @@ class LM:
         from transformers import AutoTokenizer
 
         cfg = ModelConfig.from_dir(path)
-        dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        dev = _resolve_device(device)
         dt = _resolve_dtype(dtype, cfg, dev)
         runtime = runtime or RuntimeConfig()
+        check_attention(runtime.attention, dev, dt)
         tp = None
         if tensor_parallel != 1:
             check_divisible(cfg, tensor_parallel)
@@ -163,6 +204,20 @@ class LM:
     def decode_batch(self, token_lists: Sequence[Sequence[int]]) -> list[str]:
         """:meth:`decode` of many token lists (one call into the Rust tokenizer when there is one)."""
         return self._detokenize.batch(token_lists)
+
+    @staticmethod
+    def _token_list(tokens: Any, what: str) -> np.ndarray:
+        """A caller's token ids as an integer array: a list, tuple, array or tensor of whole numbers."""
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.detach().cpu().numpy()
+        if not isinstance(tokens, (list, tuple, np.ndarray)):
+            raise TypeError(f"{what} is {type(tokens).__name__}, not a list of token ids; pass a list of "
+                            "token-id lists, e.g. [[1, 5, 6], [1, 5, 7]]")
+        ids = np.asarray(tokens)
+        if ids.size and (ids.ndim != 1 or ids.dtype.kind not in "iu" or (isinstance(tokens, (list, tuple))
+                                                                          and bool in map(type, tokens))):
+            raise TypeError(f"{what} must hold token ids (whole numbers), got {tokens!r:.80}")
+        return ids
 
     def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
         ids = np.fromiter(tokens, dtype=np.int64, count=len(tokens))  # one pass in C (paths run to 100k tokens)
@@ -276,9 +331,10 @@ class LM:
 
     def tree_logits(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """[len(sequences), vocab] float32 logits at each sequence's last position; shared prefixes once."""
+        checked = [self._token_list(seq, f"sequence {i}") for i, seq in enumerate(sequences)]
         tails: list[Segment] = []
         try:
-            for i, seq in enumerate(sequences):
+            for i, seq in enumerate(checked):
                 tails.append(self.kv.insert(None, self._check_tokens(seq, f"sequence {i}")))
             return self.engine.forward([(t, len(t.tokens) - 1) for t in tails])
         finally:
