@@ -109,6 +109,19 @@ def test_wrong_arguments_are_named():
         search(ScriptTask(), object(), FakeLM(), problem="Q")
     with pytest.raises(TypeError, match="budget must be"):
         search(ScriptTask(), BFS(), FakeLM(), problem="Q", budget={"max_rounds": 1})
+    with pytest.raises(TypeError, match=r"got the class BFS; e\.g\. BFS\(\.\.\.\)"):
+        search(ScriptTask(), BFS, FakeLM(), problem="Q")
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        DFS(threshold=float("nan"))
+
+
+def test_metadata_that_json_cannot_hold_names_its_node_when_saved(tmp_path):
+    result = search(ScriptTask({"a;": 0.5}), BFS(breadth=1, samples=1, depth=1), FakeLM(children={"Q:": ["a;"]}),
+                    problem="Q")
+    result.tree.nodes[1].metadata["seen"] = {1, 2}
+    with pytest.raises(RunFileError, match="problem 0's node 1 \\(its metadata\\): Object of type set"):
+        result.save(tmp_path / "run.json")
+    assert not (tmp_path / "run.json").exists()
 
 
 def test_interrupt_returns_what_was_searched():

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _whole(value: object) -> bool:
+    """An integer (numpy's too) that is not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _real(value: object) -> bool:
+    """A real number that is not a bool (NaN included: the range checks reject it)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _tuple_of_str(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -35,25 +48,35 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "stop", _tuple_of_str(self.stop))
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         problems = []
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        stop = _tuple_of_str(self.stop) if isinstance(self.stop, (str, tuple, list)) or self.stop is None else None
+        if stop is None or not all(isinstance(s, str) and s for s in stop):
+            problems.append(f"stop must be a non-empty string or a list of them, got {self.stop!r}")
+        else:
+            object.__setattr__(self, "stop", stop)
+        ids = self.stop_token_ids
+        if isinstance(ids, (tuple, list)) and all(_whole(t) and t >= 0 for t in ids):
+            object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in ids))
+        else:
+            problems.append(f"stop_token_ids must be a list of token ids (whole numbers >= 0), got {ids!r}")
+        if not _whole(self.max_tokens) or self.max_tokens < 1:
             problems.append(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not self.temperature >= 0:
+        if not (_real(self.temperature) and self.temperature >= 0):
             problems.append(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _whole(self.top_k) or self.top_k < 0:
             problems.append(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not 0 < self.top_p <= 1:
+        if not (_real(self.top_p) and 0 < self.top_p <= 1):
             problems.append(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if not 0 <= self.min_p < 1:
+        if not (_real(self.min_p) and 0 <= self.min_p < 1):
             problems.append(f"min_p must be in [0, 1) (0 = off), got {self.min_p!r}")
-        if any(not s for s in self.stop):
-            problems.append("stop strings must be non-empty")
-        if any(t < 0 for t in self.stop_token_ids):
-            problems.append("stop_token_ids must be non-negative token ids")
+        if not isinstance(self.ignore_eos, bool):
+            problems.append(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not _whole(self.seed):
+            problems.append(f"seed must be an integer, got {self.seed!r}")
         if problems:
             raise ValueError("invalid Sampling: " + "; ".join(problems))
+        for name in ("max_tokens", "top_k", "seed"):  # numpy's integers as Python's: seeds hash their repr
+            object.__setattr__(self, name, int(getattr(self, name)))
 
     @property
     def greedy(self) -> bool:

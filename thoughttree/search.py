@@ -99,6 +99,8 @@ def search(
         raise TypeError(f"budget must be a thoughttree Budget, got {type(budget).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must be a thoughttree.tasks.Task, got {type(task).__name__}")
+    if isinstance(strategy, type):
+        raise TypeError(f"strategy must be an instance, got the class {strategy.__name__}; e.g. {strategy.__name__}(...)")
     for method in ("start", "step", "update", "best"):
         if not callable(getattr(strategy, method, None)):
             raise TypeError(f"strategy {type(strategy).__name__} has no {method}() method; see thoughttree.strategies")

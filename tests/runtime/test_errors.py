@@ -106,6 +106,8 @@ def test_tree_misuse(tiny_model_dir) -> None:
         tree.expand([kid])
     with pytest.raises(TreeError, match="same node twice"):
         tree.expand([tree.root, tree.root])
+    with pytest.raises(TreeError, match="sampling must be a thoughttree Sampling, got dict"):
+        tree.expand([tree.root], sampling={"max_tokens": 5})
     with pytest.raises(TreeError, match="non-empty"):
         tree.root.extend("")
     with pytest.raises(TreeError, match="needs a model"):

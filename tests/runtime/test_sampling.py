@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -151,11 +152,28 @@ def test_requests_with_different_endings_in_one_call_each_end_as_alone(lm: LM) -
         (dict(min_p=1.0), "min_p"),
         (dict(max_tokens=0), "max_tokens"),
         (dict(stop=("",)), "stop"),
+        (dict(stop=b"\n"), "stop must be a non-empty string or a list of them"),
+        (dict(stop=["a", 3]), "stop must be"),
+        (dict(stop_token_ids="12"), "stop_token_ids must be a list of token ids"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
+        (dict(ignore_eos="no"), "ignore_eos must be True or False"),
+        (dict(temperature="1"), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(seed=1.0), "seed must be an integer"),
+        (dict(seed="a"), "seed must be an integer"),
+        (dict(max_tokens=True), "max_tokens"),
     ],
 )
 def test_invalid_sampling_values(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Sampling(**kwargs)
+
+
+def test_numpy_integers_are_taken_as_python_ones() -> None:
+    # A seed hashes its repr: numpy's 3 must seed as Python's 3 does.
+    sampling = Sampling(max_tokens=np.int64(5), seed=np.int64(3), stop_token_ids=[np.int64(7)], stop=["x"])
+    assert sampling == Sampling(max_tokens=5, seed=3, stop_token_ids=(7,), stop=("x",))
+    assert type(sampling.seed) is int and repr(sampling.seed) == "3"
 
 
 def test_batch_decode_equals_decode(lm) -> None:

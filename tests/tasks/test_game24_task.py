@@ -17,6 +17,9 @@ def _tree() -> ThoughtTree:
 def test_puzzle_parsing() -> None:
     assert as_puzzle("4 5 6 10") == (4, 5, 6, 10)
     assert as_puzzle([4, 5, 6, 10]) == (4, 5, 6, 10)
+    for bad in (None, 4):
+        with pytest.raises(ValueError, match="a Game of 24 problem is four numbers"):
+            as_puzzle(bad)
     with pytest.raises(ValueError, match="not a whole number"):
         as_puzzle("4 5 six 10")
     with pytest.raises(ValueError, match="four numbers"):
@@ -116,23 +119,32 @@ def test_few_shot_prompts_for_instruction_models() -> None:
     assert io.check(problem, io.answer(problem, node))
 
 
-def test_run_keeps_going_after_a_failed_search(tmp_path, capsys) -> None:
-    """A search that fails (here: prompts longer than the model's context) is recorded, the run goes on, exit 1."""
+def test_run_keeps_going_after_a_failed_search(tmp_path, capsys, monkeypatch) -> None:
+    """A search that fails (here: the task raises on one puzzle) is recorded, the run goes on, exit 1."""
     from tiny_models import make_model
 
-    path = make_model(tmp_path, "llama", max_position_embeddings=64)
-    out = tmp_path / "run.json"
-    code = main(["game24", "--model", str(path), "--device", "cpu", "--prompts", "few_shot", "--method", "bfs",
-                 "--puzzle", "4 5 6 10", "--puzzle", "1 2 3 4", "--output", str(out)])
-    assert code == 1
     from thoughttree.tree.serialize import load_run
 
+    split = Game24.split
+
+    def failing(self, problem, parent, completion):
+        if problem == "4 5 6 10":
+            raise RuntimeError("the proposal service is down")
+        return split(self, problem, parent, completion)
+
+    monkeypatch.setattr(Game24, "split", failing)
+    path = make_model(tmp_path, "llama")
+    out = tmp_path / "run.json"
+    code = main(["game24", "--model", str(path), "--device", "cpu", "--method", "bfs", "--breadth", "1",
+                 "--samples", "2", "--puzzle", "4 5 6 10", "--puzzle", "1 2 3 4", "--output", str(out)])
+    assert code == 1
     run = load_run(out)
-    assert run.totals["errors"] == 2 and run.totals["success_rate"] == 0 and len(run.problems) == 2
-    assert "context" in run.problems[0]["result"]["error"]
+    assert run.totals["errors"] == 1 and len(run.problems) == 2
+    assert "the proposal service is down" in run.problems[0]["result"]["error"]
+    assert "error" not in run.problems[1]["result"]  # searched (a random model proposes no valid step)
     out, err = capsys.readouterr()
     assert "searches that failed" in out
-    assert "2 of 2 searches failed; the first (problem 4 5 6 10): prompt 0 has" in err
+    assert "1 of 2 searches failed; the first (problem 4 5 6 10): the proposal service is down" in err
 
 
 def test_few_shot_search_runs_on_a_real_model(tmp_path) -> None:

@@ -8,6 +8,8 @@ pruned or exhausted the search backtracks to the next sibling. ``width`` > 1 exp
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from ..tree import Node, Status
@@ -30,6 +32,9 @@ class DFSConfig:
         for name in ("samples", "depth", "width"):
             positive_int(getattr(self, name), name, "DFS")
         positive_int(self.evaluations, "evaluations", "DFS", allow_none=True)
+        t = self.threshold
+        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)):
+            raise ValueError(f"DFS threshold must be a finite number or None, got {t!r}")
 
 
 class DFS(StrategyBase):

@@ -121,7 +121,27 @@ class RunFile:
         return {**self.totals, "format": FORMAT, "version": VERSION, "meta": self.meta, "problems": self.problems}
 
     def to_text(self, cache: EntryTexts | None = None) -> str:
-        """The file's JSON text; with ``cache`` each problem entry is encoded once across saves."""
+        """The file's JSON text; with ``cache`` each problem entry is encoded once across saves.
+        Raises RunFileError naming what is not JSON data (a node's metadata, say)."""
+        try:
+            return self._text(cache)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, RunFileError):
+                raise
+            raise RunFileError(f"cannot save {self._culprit()}: {exc}; keep metadata and settings to JSON data "
+                               "(numbers, strings, lists and dicts with string keys; no NaN or sets)") from None
+
+    def _culprit(self) -> str:
+        """Where the first value that JSON cannot hold is: a node's metadata, else the meta or an entry."""
+        for i, entry in enumerate(self.problems):
+            for node in entry.get("tree", {}).get("nodes", []) if isinstance(entry, dict) else ():
+                try:
+                    _dumps(node.get("metadata"))
+                except (TypeError, ValueError):
+                    return f"problem {i}'s node {node.get('id')} (its metadata)"
+        return "the run's meta or a problem's result"
+
+    def _text(self, cache: EntryTexts | None) -> str:
         data = self.to_dict()
         if cache is None or not self.problems:
             return _dumps(data) + "\n"

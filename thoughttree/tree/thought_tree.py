@@ -122,7 +122,10 @@ class ThoughtTree:
         else is in the batch. Returns the new children per input node.
         """
         lm = self._need_lm("expand")
-        sampling = sampling or Sampling()
+        sampling = Sampling() if sampling is None else sampling
+        if not isinstance(sampling, Sampling):
+            raise TreeError(f"sampling must be a thoughttree Sampling, got {type(sampling).__name__}; "
+                            "e.g. Sampling(max_tokens=48, stop='\\n')")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise TreeError(f"n must be an integer >= 1, got {n!r}")
         nodes = list(nodes)

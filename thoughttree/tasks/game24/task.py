@@ -81,7 +81,11 @@ class Game24Config(TaskConfig):
 
 def as_puzzle(problem: str | Sequence[int]) -> Puzzle:
     """A puzzle from ``"4 5 6 10"`` or a sequence of four integers (clear error otherwise)."""
-    return parse_puzzle(problem) if isinstance(problem, str) else parse_puzzle(" ".join(str(x) for x in problem))
+    if isinstance(problem, str):
+        return parse_puzzle(problem)
+    if not isinstance(problem, (list, tuple)):
+        raise ValueError(f"a Game of 24 problem is four numbers, as \"4 5 6 10\" or [4, 5, 6, 10]; got {problem!r}")
+    return parse_puzzle(" ".join(str(x) for x in problem))
 
 
 def node_state(puzzle: Puzzle, node: Node) -> tuple[Fraction, ...]:
