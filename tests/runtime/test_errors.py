@@ -173,3 +173,14 @@ def test_a_checkpoint_missing_a_tensor_names_it_and_extra_tensors_are_skipped(tm
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ModelLoadError, match="lacks tensors: layers.1.mlp.up_proj.weight"):
         LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))
+
+
+def test_given_text_is_kept_as_the_model_reads_it() -> None:
+    # The bundled model's tokenizer has no tab and no accented letters: the nodes show what it reads.
+    from thoughttree.commands.model import bundled_model_path
+
+    lm = LM.from_pretrained(bundled_model_path(), device="cpu", runtime=RuntimeConfig(num_pages=64))
+    tree = ThoughtTree(lm, prompt="4 5\t6 10\n")
+    kid = tree.root.extend("a\tb é")
+    assert (tree.root.text, kid.text) == ("4 56 10\n", "ab ")
+    assert tree.root.text == lm.decode(tree.root.tokens) and kid.text == lm.decode(kid.tokens)

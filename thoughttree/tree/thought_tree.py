@@ -78,7 +78,7 @@ class ThoughtTree:
             if self.lm is None:
                 raise TreeError("a text prompt needs a model to tokenise it; pass token ids or attach an lm")
             tokens = self.lm.encode(prompt, add_bos=True)
-            text = prompt
+            text = self.lm.decode(tokens)  # what the model reads: a character the tokenizer drops is not shown
         else:
             tokens = self._tokens(prompt, "a root prompt")
             text = self.lm.decode(tokens) if self.lm is not None else ""
@@ -103,7 +103,7 @@ class ThoughtTree:
         if not text:
             raise TreeError("extend needs non-empty text")
         tokens = self.lm.encode(text, add_bos=False)
-        return self.add_child(node, tokens, text)
+        return self.add_child(node, tokens, self.lm.decode(tokens))
 
     def path(self, node: Node) -> list[Node]:
         self._check_own(node)
