@@ -94,7 +94,7 @@ class RoundRunner:
         self, nodes: list[Node], requests: list[Any], n: int, sampling: Sampling, room: int | None
     ) -> list[list[Node]]:
         prompts = [check_prompt(r.prompt, f"task.request (Propose) for node {x.id}") for r, x in zip(requests, nodes)]
-        seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.id, len(x.children), j)
+        seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), j)
                  for x in nodes for j in range(n)]
         gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
         kept: list[list[tuple[str, dict[str, Any]]]] = []  # per node, the children's texts to add

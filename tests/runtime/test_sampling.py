@@ -63,6 +63,27 @@ def test_seed_gives_same_tokens_whatever_the_batch(lm: LM) -> None:
         t.prune(t.root)
 
 
+def test_seed_gives_the_same_subtree_whatever_was_expanded_before(lm: LM) -> None:
+    # Node ids follow creation order; seeds follow positions, so a's grandchildren are the same
+    # whether b was expanded before a, after it or beside it.
+    sp = Sampling(max_tokens=4, temperature=1.0, ignore_eos=True)
+
+    def grandchildren(order: str) -> list[list[int]]:
+        tree = ThoughtTree(lm, prompt="the quick brown fox", seed=5)
+        a, b = tree.root.extend(" jumps"), tree.root.extend(" runs")
+        if order == "b first":
+            tree.expand([b], n=2, sampling=sp)
+            kids = tree.expand([a], n=2, sampling=sp)[0]
+        else:
+            kids = tree.expand([a, b] if order == "together" else [b, a], n=2, sampling=sp)[0 if order == "together" else 1]
+        out = [k.tokens for k in tree.expand([kids[0]], n=3, sampling=sp)[0]]
+        tree.prune(tree.root)
+        return out
+
+    want = grandchildren("together")
+    assert grandchildren("b first") == want and grandchildren("b beside, first") == want
+
+
 def test_logprobs_are_the_models(lm: LM) -> None:
     tree = ThoughtTree(lm, prompt="Tree of thoughts", seed=0)
     (kid,) = tree.expand([tree.root], n=1, sampling=Sampling(max_tokens=6, temperature=0.8, ignore_eos=True))[0]

@@ -63,5 +63,5 @@ def test_checkpointed_example_resumes_across_runs(tiny_model_dir, tmp_path):
         both = module.run(str(tiny_model_dir), "Plan a day", 2, tmp_path / "both.json", device="cpu")
     finally:
         del sys.modules[spec.name]
-    assert len(first.tree) == 4 and len(second.tree) == 13 == len(both.tree)
+    assert len(first.tree) == 4 and len(second.tree) == len(both.tree) > len(first.tree)
     assert [n.tokens for n in second.tree.nodes] == [n.tokens for n in both.tree.nodes]

@@ -120,7 +120,7 @@ class ValuePrompt:
         if not nodes:
             return []
         prompts = [check_prompt(self.prompt(problem, node), "ValuePrompt.prompt") for node in nodes]
-        seeds = [derive_seed(seed, "value", self.sampling.seed, n.id, j) for n in nodes for j in range(k)]
+        seeds = [derive_seed(seed, "value", self.sampling.seed, n.position, j) for n in nodes for j in range(k)]
         if self.fork:
             if any(not isinstance(p, str) for p in prompts):
                 raise TaskError("ValuePrompt(fork=True) needs text suffixes, not token ids")
@@ -221,7 +221,7 @@ class Lookahead:
         expand = [self.expand(problem, n) for n in nodes]
         proposals = [(i, j) for i, p in enumerate(expand) if p is not None for j in range(k)]  # (node, sample)
         prompts = {i: check_prompt(expand[i], "Lookahead.expand") for i, _ in proposals}
-        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].id, j) for i, j in proposals]
+        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position, j) for i, j in proposals]
         texts = [prompts[i] for i, _ in proposals]
         gens = _need(lm, "complete", "Lookahead")(texts, self.sampling, seeds) if proposals else []
         # What each node's value is the best of: its children's prompts, or its own when not expanded.
@@ -286,7 +286,7 @@ class Vote:
         prompts, seeds = [], []
         for members in groups.values():
             prompt = check_prompt(self.prompt(problem, members[0].parent, members), "Vote.prompt")
-            key = ",".join(str(m.id) for m in members)
+            key = tuple(m.position for m in members)
             prompts += [prompt] * k
             seeds += [derive_seed(seed, "vote", self.sampling.seed, key, j) for j in range(k)]
         gens = _need(lm, "complete", "Vote")(prompts, self.sampling, seeds) if prompts else []
@@ -398,7 +398,7 @@ class Rollout:
         if not nodes:
             return []
         complete_from = _need(lm, "complete_from", "Rollout")
-        seeds = [derive_seed(seed, "rollout", self.sampling.seed, n.id, n.visits, j) for n in nodes for j in range(k)]
+        seeds = [derive_seed(seed, "rollout", self.sampling.seed, n.position, n.visits, j) for n in nodes for j in range(k)]
         gens = complete_from([n for n in nodes for _ in range(k)], [""] * (k * len(nodes)), self.sampling, seeds)
         name = getattr(self.reward, "__qualname__", "Rollout.reward")
         out = []

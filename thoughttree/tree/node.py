@@ -25,7 +25,7 @@ class Node:
     """One thought. Its text is exactly the decoded ``tokens``, so a path's text is what the model read.
 
     Attributes:
-        id: unique within its tree, assigned in creation order.
+        id: unique within its tree, assigned in creation order (see ``position`` for one that is not).
         parent: None for a root.
         tokens: token ids of this node's own segment (not its ancestors').
         logprob: sum of the model's log-probabilities of ``tokens`` when generated (0 for given text).
@@ -53,6 +53,19 @@ class Node:
         while node is not None:
             depth, node = depth + 1, node.parent
         return depth
+
+    @property
+    def position(self) -> tuple[int, ...]:
+        """Where the node sits: its root's index among the tree's roots, then each node's index
+        among its parent's children down to this one. Unlike ``id`` (creation order) it does not
+        depend on what else was created before, so seeds are derived from it."""
+        out: list[int] = []
+        node = self
+        while node.parent is not None:
+            out.append(node.parent.children.index(node))
+            node = node.parent
+        out.append(node.tree.roots.index(node))
+        return tuple(out[::-1])
 
     @property
     def is_leaf(self) -> bool:

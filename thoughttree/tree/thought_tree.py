@@ -117,9 +117,10 @@ class ThoughtTree:
     def expand(self, nodes: Sequence[Node], n: int = 1, sampling: Sampling | None = None) -> list[list[Node]]:
         """Sample ``n`` children under each node, all decoded together in one batch per step.
 
-        Each child's seed depends on the tree seed, the sampling seed, its parent's id and its
-        ordinal among that parent's children, so the same seed gives the same tree whatever
-        else is in the batch. Returns the new children per input node.
+        Each child's seed depends on the tree seed, the sampling seed, its parent's
+        :attr:`~Node.position` and its ordinal among that parent's children, so the same seed
+        gives the same tree whatever else is in the batch and in whatever order nodes are
+        expanded. Returns the new children per input node.
         """
         lm = self._need_lm("expand")
         sampling = Sampling() if sampling is None else sampling
@@ -134,7 +135,7 @@ class ThoughtTree:
         for node in nodes:
             self._check_alive(node)
         seeds = [
-            [derive_seed(self.seed, sampling.seed, node.id, len(node.children) + j) for j in range(n)]
+            [derive_seed(self.seed, sampling.seed, node.position, len(node.children) + j) for j in range(n)]
             for node in nodes
         ]
         results = lm.generate(nodes, [n] * len(nodes), sampling, seeds)

@@ -153,7 +153,7 @@ class PublicTests:
         roll = [i for i, n in enumerate(nodes) if self.rollout is not None and n.status is Status.OPEN]
         if roll:
             rollout = dataclasses.replace(self.rollout, stop=self.rollout.stop + self.task.stops(key))
-            seeds = [derive_seed(seed, "code rollout", self.rollout.seed, nodes[i].id, nodes[i].visits, j)
+            seeds = [derive_seed(seed, "code rollout", self.rollout.seed, nodes[i].position, nodes[i].visits, j)
                      for i in roll for j in range(k)]
             gens = lm.complete_from([nodes[i] for i in roll for _ in range(k)], [""] * (k * len(roll)),
                                     rollout, seeds)
