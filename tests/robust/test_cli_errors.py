@@ -70,6 +70,12 @@ def test_an_interrupt_outside_a_run_is_one_line_and_status_130(capsys, monkeypat
     assert err.strip() == "thoughttree game24: interrupted"
 
 
+def test_given_puzzles_need_no_range(tmp_path):
+    from thoughttree.commands.game24_run import Game24Run
+
+    assert Game24Run(puzzles=("4 5 6 10",), end=5000).problems() == [(None, "4 5 6 10")]
+
+
 def test_the_bundled_model_is_known_by_its_path(tmp_path):
     assert is_bundled("bundled") and is_bundled(str(bundled_model_path()))
     assert is_bundled(str(bundled_model_path()) + "/") and not is_bundled(str(tmp_path))

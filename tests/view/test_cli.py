@@ -56,6 +56,17 @@ def test_show_draws_every_problem_or_one(run_file, capsys):
     assert code == 0 and max(len(ln) for ln in out.splitlines()) <= 30
 
 
+def test_show_marks_a_tree_cut_short(tmp_path, capsys):
+    small = ThoughtTree(prompt=[7, 8])
+    run = RunFile(meta={}, problems=[{"problem": "a", "tree": tree_to_dict(small), "result": {"stopped": "interrupted"}},
+                                     {"problem": "b", "tree": tree_to_dict(small), "result": {"error": "boom"}},
+                                     {"problem": "c", "tree": tree_to_dict(small), "result": {"stopped": "done"}}])
+    run.save(tmp_path / "run.json")
+    code, out, _ = run_cli(capsys, "show", tmp_path / "run.json")
+    assert code == 0 and "problem 0: a (interrupted: the tree so far)" in out
+    assert "problem 1: b (failed: the tree so far)" in out and re.search(r"problem 2: c ─", out)
+
+
 def test_stats_table_per_problem_total_and_meta(run_file, capsys):
     code, out, err = run_cli(capsys, "stats", run_file)
     assert code == 0 and err == ""

@@ -63,9 +63,9 @@ class Game24Run:
             object.__setattr__(self, "evaluations", 20 if self.value == "lookahead" else 3)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        if not 0 <= self.start < NUM_PUZZLES:
+        if not self.puzzles and not 0 <= self.start < NUM_PUZZLES:  # given puzzles replace the range
             raise ValueError(f"--start {self.start} is beyond the data: puzzles are numbered 0..{NUM_PUZZLES - 1}")
-        if not self.start < self.end <= NUM_PUZZLES:
+        if not self.puzzles and not self.start < self.end <= NUM_PUZZLES:
             raise ValueError(f"--end must be in {self.start + 1}..{NUM_PUZZLES}, got {self.end}")
         if self.prompts not in STYLES:
             raise ValueError(f"--prompts must be one of {', '.join(STYLES)}, got {self.prompts!r}")

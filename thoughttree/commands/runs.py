@@ -98,6 +98,11 @@ def run_show(args: argparse.Namespace) -> int:
         title = f"problem {i}"
         if entry.get("problem") is not None:
             title += f": {one_line(str(entry['problem']), 60)}"
+        result = entry.get("result") if isinstance(entry.get("result"), dict) else {}
+        if result.get("stopped") == "interrupted":
+            title += " (interrupted: the tree so far)"
+        elif result.get("error"):
+            title += " (failed: the tree so far)"
         console.print(Rule(title, align="left"), width=args.width)
         show(
             tree,

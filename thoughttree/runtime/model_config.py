@@ -102,9 +102,11 @@ class ModelConfig:
     def from_dir(cls, path: str | Path) -> ModelConfig:
         path = Path(path)
         if not path.is_dir():
+            bundled = (" (the bundled Game of 24 model is at thoughttree.commands.model.bundled_model_path())"
+                       if str(path) == "bundled" else "")
             raise ModelLoadError(
                 f"model directory {path} does not exist; pass a local directory holding config.json, "
-                "*.safetensors and tokenizer files (models are never downloaded)"
+                f"*.safetensors and tokenizer files (models are never downloaded){bundled}"
             )
         cfg = path / "config.json"
         if not cfg.is_file():
