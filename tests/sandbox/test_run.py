@@ -128,6 +128,13 @@ def test_a_check_cannot_be_fooled_by_the_program(cheat):
     assert "def check" not in result.stderr
 
 
+def test_a_function_named_check_is_still_the_candidate():
+    judge = Check("def check(candidate):\n    assert candidate(2) == 4\n")
+    assert statuses(run_tests("def check(x):\n    return 2 * x\n", [([], judge)], fn_name="check", limits=QUICK)) == ["passed"]
+    assert statuses(run_tests("def check(x):\n    return 3 * x\n", [([], judge)], fn_name="check", limits=QUICK)) == [
+        "wrong_answer"]
+
+
 def test_a_check_is_validated_and_needs_a_function():
     with pytest.raises(ValueError, match="check\\(candidate\\)"):
         Check("def judge(candidate):\n    pass\n")

@@ -466,8 +466,9 @@ def check_test(child: Callable[[], int], source: str, request: dict) -> dict:
     try:
         namespace = {"__name__": "check", "__builtins__": builtins}
         exec(compile(source, "check", "exec"), namespace)
-        candidate = namespace[request["fn_name"]] = Candidate(run)
-        namespace["check"](candidate)
+        check, candidate = namespace["check"], Candidate(run)
+        namespace[request["fn_name"]] = candidate
+        check(candidate)
         verdict = "passed"
     except Stopped:
         pass
