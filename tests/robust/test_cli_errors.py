@@ -33,6 +33,9 @@ def one_error_line(capsys, *argv: str) -> str:
         (["game24", "--attention", "deft", "--end", "901"], "attention 'deft' runs Triton kernels on a CUDA GPU"),
         (["game24", "--puzzle", "1 2 3 4", "--puzzle", "1 2 3 4"], "a --puzzle is given twice"),
         (["bench", "--tokens", "256"], "--tokens 256 leaves no room for a prompt"),
+        (["game24", "--method", "io", "--breadth", "3", "--end", "901"],
+         "--breadth does not apply to --method io (it is for bfs); leave it out"),
+        (["game24", "--method", "bfs", "--rule", "puct", "--end", "901"], "--rule does not apply to --method bfs"),
     ],
 )
 def test_bad_command_lines(capsys, monkeypatch, argv, message):

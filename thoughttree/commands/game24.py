@@ -63,22 +63,30 @@ def add_game24(sub: Subparsers) -> None:
         ("iterations", 32, "MCTS iterations"),
     ):
         shown = f" (default {default})" if default is not None else ""
-        p.add_argument(f"--{name}", type=at_least(1), default=default, help=text + shown)
-    p.add_argument("--rule", choices=("uct", "puct"), default="uct",
-                   help="MCTS selection: uct, or puct with the model's proposal probabilities as priors")
+        p.add_argument(f"--{name}", type=at_least(1), help=text + shown)
+    p.add_argument("--rule", choices=("uct", "puct"),
+                   help="MCTS selection: uct (default), or puct with the model's proposal probabilities as priors")
     p.add_argument("--max-tokens-per-problem", type=at_least(1), default=None,
                    help="stop each search before its next round once it has generated this many tokens")
     p.set_defaults(run=run_game24_command)
 
 
+TREE_METHODS = ("bfs", "dfs", "beam", "mcts")
+APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "rule": ("mcts",),
+           "k": ("io", "cot", "bon"), "samples": TREE_METHODS, "evaluations": TREE_METHODS, "value": TREE_METHODS}
+
+
 def run_game24_command(args: argparse.Namespace) -> int:
+    given = {name: getattr(args, name) for name in APPLIES if getattr(args, name) is not None}
+    for name in given:
+        if args.method not in APPLIES[name]:
+            raise CliError(f"--{name} does not apply to --method {args.method} (it is for "
+                           f"{', '.join(APPLIES[name])}); leave it out")
     try:
         run = Game24Run(
-            method=args.method, start=args.start, end=args.end, seed=args.seed, breadth=args.breadth,
-            samples=args.samples, evaluations=args.evaluations, k=args.k, width=args.width,
-            iterations=args.iterations, puzzles=tuple(args.puzzle), value=args.value, rule=args.rule,
+            method=args.method, start=args.start, end=args.end, seed=args.seed, puzzles=tuple(args.puzzle),
             max_tokens_per_problem=args.max_tokens_per_problem,
-            prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"),
+            prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"), **given,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from exc
