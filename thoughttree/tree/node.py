@@ -25,13 +25,16 @@ class Node:
     """One thought. Its text is exactly the decoded ``tokens``, so a path's text is what the model read.
 
     Attributes:
-        id: unique within its tree, assigned in creation order (see ``position`` for one that is not).
+        id: unique within its tree, assigned in creation order.
         parent: None for a root.
         tokens: token ids of this node's own segment (not its ancestors').
         logprob: sum of the model's log-probabilities of ``tokens`` when generated (0 for given text).
         value: the evaluator's score, if evaluated.
         visits: how often a search visited the node (MCTS counts, DFS visits).
         kv: the runtime's handle of this node's KV segment, None while not materialised or once freed.
+        position: where the node sits: its root's index among the tree's roots, then its index
+            among its parent's children at each level down to it. Unlike ``id`` it does not depend
+            on what was created before, so seeds are derived from it.
     """
 
     id: int
@@ -46,6 +49,7 @@ class Node:
     metadata: dict[str, Any] = field(default_factory=dict)
     children: list[Node] = field(default_factory=list, repr=False)
     kv: Any = field(default=None, repr=False)
+    position: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def depth(self) -> int:
@@ -53,19 +57,6 @@ class Node:
         while node is not None:
             depth, node = depth + 1, node.parent
         return depth
-
-    @property
-    def position(self) -> tuple[int, ...]:
-        """Where the node sits: its root's index among the tree's roots, then each node's index
-        among its parent's children down to this one. Unlike ``id`` (creation order) it does not
-        depend on what else was created before, so seeds are derived from it."""
-        out: list[int] = []
-        node = self
-        while node.parent is not None:
-            out.append(node.parent.children.index(node))
-            node = node.parent
-        out.append(node.tree.roots.index(node))
-        return tuple(out[::-1])
 
     @property
     def is_leaf(self) -> bool:

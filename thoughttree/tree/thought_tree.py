@@ -64,7 +64,9 @@ class ThoughtTree:
         return self.nodes[node_id]
 
     def _new(self, parent: Node | None, tokens: list[int], text: str, **fields: Any) -> Node:
-        node = Node(id=len(self.nodes), tree=self, parent=parent, tokens=tokens, text=text, **fields)
+        position = (len(self.roots),) if parent is None else (*parent.position, len(parent.children))
+        node = Node(id=len(self.nodes), tree=self, parent=parent, tokens=tokens, text=text, position=position,
+                    **fields)
         self.nodes.append(node)
         if parent is None:
             self.roots.append(node)
