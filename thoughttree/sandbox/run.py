@@ -79,7 +79,9 @@ def _stop(proc: subprocess.Popen, spec: Launch) -> None:
     proc.wait()
 
 
-def _execute(spec: Launch, request: bytes, budget: float, on_line: Callable[[bytes], bool], line_limit: int) -> tuple[str, bool]:
+def _execute(
+    spec: Launch, request: bytes, budget: float, on_line: Callable[[bytes], bool], line_limit: int
+) -> tuple[str, bool]:
     """Run the driver on ``request``, handing each line it prints to ``on_line`` as it comes (a
     False answer stops the reading) within ``budget`` seconds; (the end of its error output,
     whether the budget ran out). Only one line is held at a time, whatever a program prints."""
@@ -127,6 +129,11 @@ def _execute(spec: Launch, request: bytes, budget: float, on_line: Callable[[byt
         stop()
         for thread in helpers:
             thread.join()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
     return errors.decode("utf-8", "replace"), expired.is_set()
 
 
