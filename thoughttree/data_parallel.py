@@ -26,7 +26,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from .runner import Problem, Record, RunOptions, RunOutcome, Solve, Totals, merge_runs, record_error, run_problems
+from .runner import (
+    Problem, Record, RunError, RunOptions, RunOutcome, Solve, Totals, build_run, load_resume, merge_runs, part_files,
+    record_error, run_problems,
+)
 from .runtime.parallel import DEFAULT_TIMEOUT_S, ParallelError, RankFailure, init_distributed, local_device
 from .tree.serialize import RunFile
 
@@ -111,13 +114,16 @@ def run_problem_set(
         # Other members of a tensor-parallel group keep a scratch copy, but resume from the
         # leader's part (on the same host) so that the whole group skips the same problems.
         output = part_path(base, layout.group, layout.groups) if layout.leader and base else scratch / "part.json"
-        resume = part_path(options.resume, layout.group, layout.groups) if options.resume is not None else None
+        part_meta = {**meta, PART_KEY: {"part": layout.group + 1, "parts": layout.groups}}
+        resume = None
+        if options.resume is not None:
+            resume = part_path(options.resume, layout.group, layout.groups)
+            if not resume.is_file():  # no part of a launch of this size: this group's share of the merged run
+                resume = _share_of_run(options.resume, meta, part_meta, problems, layout, totals, scratch)
         mine = RunOptions(
-            output=output, resume=resume if resume is not None and resume.is_file() else None,
-            label=f"{options.label} (part {layout.group + 1} of {layout.groups})",
+            output=output, resume=resume, label=f"{options.label} (part {layout.group + 1} of {layout.groups})",
             progress=options.progress and layout.rank == 0, select=layout.share,
         )
-        part_meta = {**meta, PART_KEY: {"part": layout.group + 1, "parts": layout.groups}}
         outcome = run_problems(problems, solve, part_meta, mine, totals=totals,
                                on_record=on_record if layout.rank == 0 else None, console=console)
         parts = _gather(layout, outcome.run if layout.leader else None)
@@ -136,6 +142,28 @@ def run_problem_set(
         return replace(outcome, path=None)
     failures = [(str(r["id"]), e) for r in merged.problems if (e := record_error(r)) is not None]
     return RunOutcome(merged, base, len(problems), failures, outcome.signal)
+
+
+def _share_of_run(
+    path: Path, meta: dict[str, Any], part_meta: dict[str, Any], problems: Sequence[Problem], layout: Layout,
+    totals: Totals, scratch: Path,
+) -> Path | None:
+    """A part file in ``scratch`` holding the finished records of this group's share of the run
+    file at ``path`` (a one-process run, or a launch of another size, merged), or None without one
+    (this group of a stopped launch of this size saved no part: it starts afresh)."""
+    if not path.is_file():
+        same_size = [p for p in part_files(path) if p.name.endswith(f"-of-{layout.groups}")]
+        if part_files(path) and not same_size:  # with some of this size, a group without one starts afresh
+            found = ", ".join(p.name for p in part_files(path)[:3])
+            raise RunError(f"--resume {path}: there is no merged run file and no part of a launch of {layout.groups} "
+                           f"groups, only {found}; resume under a launch of as many groups as the stopped one")
+        return None
+    done, wall_time = load_resume(path, meta, problems)
+    share = layout.share(problems)
+    records = [done[p.id] for p in share if p.id in done]
+    part = scratch / "resume.json"
+    build_run(part_meta, len(share), records, totals, wall_time).save(part)
+    return part
 
 
 def _gather(layout: Layout, part: RunFile | None) -> list[RunFile] | None:

@@ -19,6 +19,7 @@ A record is a run file's problem entry: ``{"id", "problem", "tree", "result": {"
 
 from __future__ import annotations
 
+import glob
 import json
 import signal
 import sys
@@ -77,8 +78,8 @@ class RunOptions:
         """Fail before any work (loading a model included) when the run file cannot be written or resumed."""
         if self.path is not None:
             check_output(self.path, "--output" if self.output is not None else "--resume")
-        if self.resume is not None:
-            load_run(self.resume)
+        if self.resume is not None and (self.resume.is_file() or not part_files(self.resume)):
+            load_run(self.resume)  # a stopped launch's parts without a merged file: its launch checks them
 
 
 @dataclass
@@ -169,8 +170,16 @@ def merge_runs(parts: Sequence[RunFile], problems: Sequence[Problem], totals: To
     return build_run(parts[0].meta, len(problems), records, totals, wall)
 
 
+def part_files(path: Path) -> list[Path]:
+    """The part files a data-parallel launch keeps beside ``path`` (``<name>.part-<g>-of-<G>``)."""
+    return sorted(path.parent.glob(f"{glob.escape(path.name)}.part-*-of-*"))
+
+
 def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -> tuple[dict[str, Record], float]:
     """The finished records of a stopped run (by id) and its wall time so far; checks it is this run."""
+    if not path.is_file() and part_files(path):
+        raise RunError(f"--resume {path}: there is no merged run file, only the parts of a stopped launch "
+                       f"({part_files(path)[0].name}, ...); resume under a launch of as many groups to merge them")
     run = load_run(path)
     differences = _differences(run.meta, json.loads(json.dumps(meta)), "meta")
     if differences:

@@ -34,6 +34,18 @@ def test_data_parallel_run_equals_single_process(tmp_path) -> None:
     assert [p["id"] for p in parallel["problems"]] == ["900", "901", "902"]
     assert without_clock(parallel) == without_clock(single)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["merged.json", "single.json"]  # parts removed
+    # A launch resumes a one-process run file: each group takes its share of the finished
+    # problems (marked here, so a redone problem would show).
+    marked = json.loads((tmp_path / "single.json").read_text())
+    for record in marked["problems"]:
+        record["result"]["marker"] = record["id"]
+    (tmp_path / "marked.json").write_text(json.dumps(marked))
+    cmd = [*cmd[:cmd.index("--output")], "--resume", str(tmp_path / "marked.json"), "--output", str(tmp_path / "again.json"),
+           "--data-parallel"]
+    done = subprocess.run(cmd, cwd=ROOT, env=rank_env(0, 1, 0), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert [p["result"].get("marker") for p in again["problems"]] == ["900", "901", "902"]
 
 
 def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
@@ -46,3 +58,20 @@ def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
     assert not output.exists()
     part = json.loads((tmp_path / "run.json.part-1-of-2").read_text())
     assert part["meta"][PART_KEY] == {"part": 1, "parts": 2}  # marked: never taken for the whole run
+    # One process cannot take the parts; a launch of as many groups resumes them and merges.
+    assert main([*GAME24, "--end", "902", "--resume", str(output)]) == 2
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "thoughttree",
+           "--", *GAME24, "--end", "902", "--resume", str(output), "--data-parallel"]
+    done = subprocess.run(cmd, cwd=ROOT, env=rank_env(0, 1, 0), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads(output.read_text())
+    assert [p["id"] for p in merged["problems"]] == ["900", "901"]
+    assert merged["problems"][0] == part["problems"][0]  # rank 0's finished problem was kept, not redone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_a_launch_needs_an_output(capsys, monkeypatch) -> None:
+    monkeypatch.setattr("thoughttree.data_parallel.join_data_parallel", lambda *a, **k: type(
+        "L", (), {"groups": 2, "world": 2})())
+    assert main([*GAME24, "--data-parallel"]) == 2
+    assert "a launch over several ranks needs --output" in capsys.readouterr().err

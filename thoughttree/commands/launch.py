@@ -49,4 +49,7 @@ def join_launch(args: argparse.Namespace) -> Layout | None:
         raise CliError(f"--tensor-parallel {args.tensor_parallel} does not match the world of {layout.world} ranks; "
                        f"launch with torchrun --nproc-per-node {args.tensor_parallel}, or add --data-parallel "
                        f"to split the problems over {layout.groups} groups")
+    if args.output is None and args.resume is None:
+        raise CliError("a launch over several ranks needs --output: each group saves its part beside it as it goes, "
+                       "and rank 0 merges the parts into it")
     return layout
