@@ -87,6 +87,9 @@ SEARCHES = {
 }
 
 
+TINY = dict(layers=2, hidden=128, heads=4, kv_heads=2, intermediate=256, vocab=512)  # a quick check on the CPU
+
+
 def floor_seconds(result: SearchResult, lm: LM, shape: dict[str, int], copy: float, matmul: float) -> float:
     """The larger of the model work's bytes at the copy bandwidth and its FLOPs at the matmul rate."""
     s = result.statistics
@@ -128,7 +131,8 @@ def profile(lm: LM, name: str, cfg: SyntheticConfig, console: Console) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    p.add_argument("--shape", choices=sorted(SHAPES | {"tiny": TINY}),
+                   help="the model's shape (default: llama3-8b on cuda, tiny on cpu)")
     for dim in SHAPES["default"]:
         p.add_argument(f"--{dim.replace('_', '-')}", type=int, help="override one dimension of --shape")
     p.add_argument("--searches", default="bfs,mcts,beam", help="comma-separated: " + ", ".join(SEARCHES))
@@ -136,7 +140,7 @@ def main() -> None:
     p.add_argument("--thought", type=int, default=48, help="tokens of each sampled thought")
     p.add_argument("--suffix", type=int, default=24, help="tokens of the value prompt")
     p.add_argument("--answer", type=int, default=8, help="tokens of each sampled value answer (bfs)")
-    p.add_argument("--device", default="cuda", help="cpu runs a quick check with a tiny --shape (no floor)")
+    p.add_argument("--device", default="cuda", help="cpu runs a quick check (tiny shape by default, no floor)")
     p.add_argument("--profile", action="store_true", help="print where each search's host and GPU time goes")
     p.add_argument("--few-rows", type=int, help="row cap of the few-row projection kernel (0: cuBLAS for all; default: the model's)")
     args = p.parse_args()
@@ -148,7 +152,8 @@ def main() -> None:
     cuda = args.device == "cuda"
     console.print(f"device: {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}")
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
-    shape = {k: getattr(args, k) or v for k, v in SHAPES[args.shape].items()}
+    args.shape = args.shape or ("llama3-8b" if cuda else "tiny")
+    shape = {k: getattr(args, k) or v for k, v in (SHAPES | {"tiny": TINY})[args.shape].items()}
     measured = roofs(torch.device(args.device))
     if measured:
         console.print(f"copy bandwidth {measured[0] / 1e12:.2f} TB/s, bf16 matmul {measured[1] / 1e12:.0f} TFLOP/s")
@@ -157,7 +162,8 @@ def main() -> None:
         lm.model.few_rows = args.few_rows
     thought = Sampling(max_tokens=args.thought, temperature=1.0, ignore_eos=True)
     cfg = SyntheticConfig(prompt=args.prompt, suffix=args.suffix, answer=args.answer, sampling=thought)
-    table = Table(title=f"whole searches, Llama shape {args.shape}, bf16, random weights: prompt {args.prompt}, "
+    dims = ", ".join(f"{k} {v}" for k, v in shape.items())
+    table = Table(title=f"whole searches, Llama shape {args.shape} ({dims}), random weights: prompt {args.prompt}, "
                   f"thoughts of {args.thought} tokens, value prompt {args.suffix} tokens", title_justify="left")
     for col in ("search", "rounds", "forward steps (expand / evaluate)", "prefill tokens", "generated tokens", "cold s",
                 "wall s", "expand s", "evaluate s", "rest s", "captures", "floor s", "wall / floor", "ms / forward"):

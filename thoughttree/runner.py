@@ -183,7 +183,8 @@ def load_resume(path: Path, meta: dict[str, Any], problems: Sequence[Problem]) -
     run = load_run(path)
     differences = _differences(run.meta, json.loads(json.dumps(meta)), "meta")
     if differences:
-        listed = "; ".join(f"{key}={theirs!r} there, {ours!r} here" for key, theirs, ours in differences[:DIFFERENCES_SHOWN])
+        shown = differences[:DIFFERENCES_SHOWN]
+        listed = "; ".join(f"{key}={theirs!r} there, {ours!r} here" for key, theirs, ours in shown)
         more = f" (and {len(differences) - DIFFERENCES_SHOWN} more)" if len(differences) > DIFFERENCES_SHOWN else ""
         raise RunError(f"--resume {path} was written by a run with other options: {listed}{more}; "
                        "resume with the options of the stopped run")

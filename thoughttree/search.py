@@ -37,8 +37,8 @@ class Budget:
     """Limits of one search call; None means no limit. Checked before every round.
 
     ``max_nodes`` caps the tree's size (a round expands only as many nodes as fit);
-    ``max_generated_tokens`` (all tokens the model generated, evaluation included), ``max_rounds``
-    and ``max_seconds`` stop the search before the next round once reached.
+    ``max_generated_tokens`` (all tokens the model generated or picked as a top token, evaluation
+    included), ``max_rounds`` and ``max_seconds`` stop the search before the next round once reached.
     """
 
     max_nodes: int | None = None
@@ -100,7 +100,8 @@ def search(
     if not isinstance(task, Task):
         raise TypeError(f"task must be a thoughttree.tasks.Task, got {type(task).__name__}")
     if isinstance(strategy, type):
-        raise TypeError(f"strategy must be an instance, got the class {strategy.__name__}; e.g. {strategy.__name__}(...)")
+        name = strategy.__name__
+        raise TypeError(f"strategy must be an instance, got the class {name}; e.g. {name}(...)")
     for method in ("start", "step", "update", "best"):
         if not callable(getattr(strategy, method, None)):
             raise TypeError(f"strategy {type(strategy).__name__} has no {method}() method; see thoughttree.strategies")
@@ -149,7 +150,7 @@ class _Run:
         while True:
             if self.strategy_done_by_solution():
                 return "solved"
-            used = Counters.read(self.lm) - self.start_counters
+            used = self.used()
             limit = budget.exhausted(self.rounds, len(self.tree), used.generated_tokens, self._elapsed())
             if limit is not None:
                 return limit
@@ -183,8 +184,12 @@ class _Run:
     def _elapsed(self) -> float:
         return time.perf_counter() - self.start_time
 
+    def used(self) -> Counters:
+        """The model work of this search so far (top tokens it picked count as generated)."""
+        return Counters.read(self.lm) - self.start_counters + self.runner.chosen
+
     def statistics(self) -> Statistics:
-        used = Counters.read(self.lm) - self.start_counters
+        used = self.used()
         return Statistics(
             rounds=self.rounds,
             **asdict(used),

@@ -70,3 +70,33 @@ def test_beam_options_are_validated():
         Beam(length_penalty=-1)
     with pytest.raises(ValueError, match="score='logprob'"):
         Beam(unit="token", score="value")
+
+
+def test_a_finished_hypothesis_that_falls_out_of_the_beam_is_pruned():
+    logprobs = {"a": -0.1, "=": -5.0, "b": -0.1, "c": -0.2}
+    lm = FakeLM(children={"Q:": ["a;", "=1;"], "Q:a;": ["b;", "c;"]},
+                token_logprob=lambda context, ch: logprobs.get(ch, 0.0))
+    result = search(ScriptTask(), Beam(width=1, samples=2, length_penalty=0.0, max_steps=2), lm, problem="Q")
+    finished = [n for n in result.tree.nodes if n.text == "=1;"][0]
+    assert finished.status is Status.PRUNED and result.best.path_text(include_root=False) == "a;b;"
+
+
+def test_token_beam_counts_its_chosen_tokens_as_generated_and_a_token_budget_stops_it(tiny_model_dir):
+    from thoughttree import LM, RuntimeConfig
+    from thoughttree.search import Budget
+    from thoughttree.tasks import LogProb, Task
+
+    class Free(Task):
+        def prompt(self, problem):
+            return problem
+
+        def evaluator(self):
+            return LogProb()
+
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
+    result = search(Free(), Beam(width=3, samples=3, unit="token", max_steps=8), lm, problem="the quick brown",
+                    budget=Budget(max_generated_tokens=5))
+    # the root's three top tokens (3 < 5), then three for each of the three (12 >= 5): stop
+    assert result.stopped == "max_generated_tokens" and result.statistics.rounds == 2
+    rounds = result.statistics.per_round
+    assert result.statistics.generated_tokens == 12 == sum(r.expand.generated_tokens for r in rounds)

@@ -100,3 +100,42 @@ def test_mcts_options_are_validated():
         MCTS(rollout=lambda x: x)
     with pytest.raises(ValueError, match="no option 'leaves'"):
         MCTS(leaves=3)
+
+
+def test_a_branch_whose_children_are_all_pruned_is_a_dead_end_and_the_search_goes_on():
+    class NoX(ScriptTask):
+        def accept(self, problem, parent, text):
+            return not text.startswith("x")
+
+    table = {"Q:": ["a;", "b;"], "Q:a;": ["c;", "d;"], "Q:a;c;": ["x1;", "x2;"], "Q:a;d;": ["x3;", "x4;"],
+             "Q:b;": ["e;", "f;"], "Q:b;e;": ["g;", "h;"], "Q:b;f;": ["i;", "j;"]}
+    values = {"a;": 0.9, "b;": 0.5, "a;c;": 0.9, "a;d;": 0.9, "b;e;": 0.5, "b;f;": 0.5,
+              "b;e;g;": 0.4, "b;e;h;": 0.4, "b;f;i;": 0.4, "b;f;j;": 0.4}
+    result = search(NoX(values), MCTS(iterations=7, leaves_per_round=1, samples=2, c=0.1, max_depth=3),
+                    FakeLM(children=table), problem="Q")
+    nodes = by_text(result.tree)
+    assert nodes["a;"].status is Status.PRUNED and "dead end" in nodes["a;"].metadata["rejected"]
+    assert nodes["b;"].status is Status.EXPANDED and nodes["b;e;"].children  # went on into the live branch
+    assert result.tree.root.metadata["mcts_iterations"] == 7
+
+
+def test_virtual_loss_of_an_unbounded_evaluator_steers_away_from_the_branch():
+    from thoughttree.tasks import LogProb
+
+    lm = FakeLM(children=TABLE, token_logprob=lambda context, ch: -1.5 if ch == "b" else -1.0)
+    search(ScriptTask(evaluator=LogProb()), MCTS(iterations=3, leaves_per_round=2, samples=2), lm, problem="Q")
+    assert [c for c in lm.calls if c[0] == "generate"] == [("generate", 2), ("generate", 4)]  # two leaves in round 2
+
+
+def test_iterations_count_only_leaves_that_were_expanded():
+    from thoughttree.search import Budget
+
+    from thoughttree.tasks import Verifier
+
+    lm = FakeLM(children=lambda context, ordinal, seed: "abcdefgh"[ordinal % 8] + ";")
+    value = Verifier(lambda problem, node: (len(node.path_text()) * 7 % 10) / 10)
+    result = search(ScriptTask(evaluator=value), MCTS(iterations=50, leaves_per_round=4, samples=3), lm,
+                    problem="Q", budget=Budget(max_nodes=12))
+    expanded = sum(1 for n in result.tree.nodes if n.children)
+    assert result.tree.root.metadata["mcts_iterations"] == expanded
+    assert not any("dead end" in n.metadata.get("rejected", "") for n in result.tree.nodes)

@@ -12,11 +12,12 @@ class Check:
 
     ``source`` defines ``check(candidate)``; the test passes when it returns and fails when it
     raises. In its module the name of the program's function is the candidate too (as when a
-    check runs beside the program: some of HumanEval's call the function by its name). It runs in the sandbox's driver, where the program cannot reach it: ``candidate``
-    calls the program's function in the test's own process and returns the value as plain data
-    (lists, tuples, dicts, sets, numbers, strings, bytes; any other object as a value equal to
-    nothing), so a program can neither read the check's expected values nor answer with an
-    object that claims to equal them.
+    check runs beside the program: some of HumanEval's call the function by its name). It runs
+    in the sandbox's driver, where the program cannot reach it: ``candidate`` calls the
+    program's function in the test's own process and returns the value as plain data (lists,
+    tuples, dicts, sets, numbers, strings, bytes; any other object as a value equal to nothing),
+    so a program can neither read the check's expected values nor answer with an object that
+    claims to equal them.
     """
 
     source: str

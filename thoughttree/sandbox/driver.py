@@ -367,7 +367,9 @@ class TestRun:
     pipes, against a wall-clock deadline; ``keep_input`` leaves its standard input open for
     :class:`Candidate`'s calls."""
 
-    def __init__(self, child: Callable[[], int], data: bytes, request: dict, call: bool, keep_input: bool = False) -> None:
+    def __init__(
+        self, child: Callable[[], int], data: bytes, request: dict, call: bool, keep_input: bool = False
+    ) -> None:
         self.limits, self.kill_all, self.call = request["limits"], request["kill_all"], call
         pipes = [os.pipe() for _ in range(4 if call else 3)]  # stdin, stdout, stderr, the call's value
         ours = [pipes[0][1]] + [r for r, _ in pipes[1:]]

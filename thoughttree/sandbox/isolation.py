@@ -124,7 +124,8 @@ def _bwrap(program: str, bwrap: str) -> Launch:
     ]
     info_r, info_w = os.pipe()
     argv = [
-        found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
+        found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        "--as-pid-1",
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--hostname", "sandbox", "--uid", str(NOBODY), "--gid", str(NOBODY),
         *_system_binds(python, prefix),

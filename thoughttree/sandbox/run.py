@@ -145,7 +145,9 @@ def _record(line: bytes, index: int) -> dict | None:
         record = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(record, dict) or record.get("i") != index or not isinstance(record.get("check"), (str, type(None))):
+    if not isinstance(record, dict) or record.get("i") != index:
+        return None
+    if not isinstance(record.get("check"), (str, type(None))):
         return None
     for name, kind in RECORD_FIELDS.items():
         if not isinstance(record.get(name), kind) or (kind is int and isinstance(record[name], bool)):

@@ -2,8 +2,10 @@
 
 Each round every hypothesis in the beam is expanded (``samples`` sampled thoughts, or the
 model's ``samples`` most likely next tokens with ``unit="token"``), and the best ``width``
-hypotheses by score survive; the rest are pruned. Finished hypotheses stay in the beam; the
-search ends when the beam holds only finished ones or after ``max_steps``.
+hypotheses by score survive; the rest are pruned, finished ones too (a verified solution is
+kept whatever its score). Finished hypotheses stay while they rank among the best; the search
+ends when the beam holds only finished ones or after ``max_steps``, and the answer is the best
+finished hypothesis left.
 
 Score: the path's log-probability below the root divided by ``length ** length_penalty``
 (length in tokens; 0 = plain sum, 1 = per-token mean), or the evaluator's value
@@ -73,7 +75,7 @@ class Beam(StrategyBase):
             return self._expand([root]) if root.status is Status.OPEN else None
         beam = self.ranked(live)[: self.config.width]
         for node in live:
-            if node.status is Status.OPEN and all(node is not b for b in beam):
+            if node.status is not Status.SOLVED and all(node is not b for b in beam):
                 self.tree.prune(node)
         open_ = [n for n in beam if n.status is Status.OPEN]
         if not open_ or max(n.depth for n in open_) >= self.config.max_steps:

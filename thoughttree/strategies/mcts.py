@@ -2,13 +2,15 @@
 
 A round selects up to ``leaves_per_round`` leaves: each descent from the root follows the best
 child by UCT or PUCT and leaves a virtual loss on its path (counted as extra visits valued at the
-evaluator's minimum), so the next descent of the same round prefers other branches and all the
-chosen leaves expand in one batch. Each expanded leaf gets ``samples`` children; every child is
+evaluator's minimum, or at the lowest mean value among the siblings when the evaluator's values
+are unbounded below), so the next descent of the same round prefers other branches and all the
+chosen leaves expand in one batch. A node whose children were all pruned is pruned as a dead
+end when a descent reaches it. Each expanded leaf gets ``samples`` children; every child is
 evaluated (a value estimate, or a rollout when ``rollout`` is set) and backed up to the root.
 
 Saved in the tree: a node's ``visits`` (N) and ``metadata["value_sum"]`` (W, raw values), and
-the root's ``metadata["mcts_iterations"]``. A descent that ends on a finished node backs its
-value up again without model work.
+the root's ``metadata["mcts_iterations"]`` (a leaf's iteration counts once it is expanded). A
+descent that ends on a finished node backs its value up again without model work.
 
 UCT:  Q + c * sqrt(ln N_parent / N)
 PUCT: Q + c * P * sqrt(N_parent) / (1 + N), P = softmax over siblings of each child's per-token
@@ -22,10 +24,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..tree import Node, Status
-from .base import Outcome, Step, StrategyBase, choose, positive_int
+from ..tree import Node, Status, ThoughtTree
+from .base import Outcome, SearchContext, Step, StrategyBase, choose, positive_int
 
 ITERATIONS = "mcts_iterations"
+FINISHED = (Status.TERMINAL, Status.SOLVED)
 VALUE_SUM = "value_sum"
 
 
@@ -64,6 +67,10 @@ class MCTS(StrategyBase):
     Config = MCTSConfig
     config: MCTSConfig
 
+    def start(self, tree: ThoughtTree, ctx: SearchContext) -> None:
+        super().start(tree, ctx)
+        self._selected: list[Node] = []  # the leaves of the round in flight
+
     def step(self) -> Step | None:
         pending = self.pending()
         if pending:
@@ -82,9 +89,9 @@ class MCTS(StrategyBase):
             leaf = path[-1]
             if any(leaf is x for x in leaves):
                 break  # every branch is already taken this round
-            root.metadata[ITERATIONS] = root.metadata.get(ITERATIONS, 0) + 1
             progressed = True
             if leaf.status in (Status.TERMINAL, Status.SOLVED):
+                root.metadata[ITERATIONS] = root.metadata.get(ITERATIONS, 0) + 1
                 if leaf.value is not None:
                     self.backup(leaf, leaf.value)
                 continue
@@ -93,6 +100,7 @@ class MCTS(StrategyBase):
                 virtual[x.id] = virtual.get(x.id, 0) + self.config.virtual_loss
         if not progressed:
             return None
+        self._selected = leaves
         return self._step(expand=leaves)
 
     def _step(self, expand: list[Node] = (), evaluate: list[Node] = ()) -> Step:
@@ -100,6 +108,12 @@ class MCTS(StrategyBase):
                     evaluations=self.config.evaluations, evaluator=self.config.rollout)
 
     def update(self, outcome: Outcome) -> None:
+        # An iteration counts once its leaf was expanded (a budget can stop a round, or cap it,
+        # before some selected leaves are).
+        expanded = {id(x) for x in outcome.expanded}
+        root = self.tree.root
+        root.metadata[ITERATIONS] = root.metadata.get(ITERATIONS, 0) + sum(id(x) in expanded for x in self._selected)
+        self._selected = []
         for node in self.tree.nodes:
             if node.parent is not None and node.alive and node.value is not None and node.visits == 0:
                 self.backup(node, node.value)
@@ -113,29 +127,43 @@ class MCTS(StrategyBase):
             x.metadata[VALUE_SUM] = x.metadata.get(VALUE_SUM, 0.0) + value
 
     def descend(self, virtual: dict[int, int]) -> list[Node] | None:
-        """The path from the root to the leaf to expand (or finished node to revisit); None if none is left."""
-        node = self.tree.root
-        path = [node]
-        while not (node.status is Status.OPEN and node.is_leaf) and node.status not in (Status.TERMINAL, Status.SOLVED):
-            kids = [c for c in node.children if c.alive and c.value is not None]
-            if not kids:
+        """The path from the root to the leaf to expand (or finished node to revisit); None if none
+        is left. A node whose children are all pruned is a dead end: it is pruned too, and the
+        descent starts again without it (as a node that is not ready yet, with unvalued children)."""
+        root, blocked = self.tree.root, set()
+        while True:
+            node, path = root, [root]
+            while not (node.status is Status.OPEN and node.is_leaf) and node.status not in FINISHED:
+                kids = [c for c in node.children if c.alive and c.value is not None and id(c) not in blocked]
+                if not kids:
+                    break
+                node = self.choose(node, kids, virtual)
+                path.append(node)
+            else:
+                return path
+            if node is root:
                 return None
-            node = self.choose(node, kids, virtual)
-            path.append(node)
-        return path
+            blocked.add(id(node))
+            if not any(c.alive for c in node.children):
+                node.metadata["rejected"] = "dead end: every child pruned"
+                self.tree.prune(node)
 
     def choose(self, parent: Node, kids: list[Node], virtual: dict[int, int]) -> Node:
         lo, hi = (self.config.rollout or self.ctx.evaluator).bounds
         scale = hi - lo if math.isfinite(lo) and math.isfinite(hi) and hi > lo else None
         n_parent = max(1, parent.visits + virtual.get(parent.id, 0))
         priors = self.priors(kids) if self.config.rule == "puct" else None
+        # A virtual loss is a visit valued at the evaluator's minimum; without a finite one, at
+        # the lowest mean value among these siblings.
+        floor = lo if math.isfinite(lo) else min(
+            (k.metadata.get(VALUE_SUM, 0.0) / k.visits for k in kids if k.visits), default=0.0)
         best, best_score = kids[0], -math.inf
         for i, kid in enumerate(kids):
             v = virtual.get(kid.id, 0)
             n = kid.visits + v
             if n == 0:
                 return kid
-            w = kid.metadata.get(VALUE_SUM, 0.0) + v * (lo if scale is not None else 0.0)
+            w = kid.metadata.get(VALUE_SUM, 0.0) + v * floor
             q = w / n
             if scale is not None:
                 q = (q - lo) / scale

@@ -16,8 +16,8 @@
 - :class:`Rollout`: complete each node to the end and score the finished text with a reward
   function (MCTS's rollout estimate).
 
-Sample seeds derive from the search seed and node ids, never from batch positions, so a node
-gets the same evaluation whatever else is evaluated with it.
+Sample seeds derive from the search seed and the nodes' positions in the tree, never from batch
+positions or creation order, so a node gets the same evaluation whatever else is evaluated with it.
 """
 
 from __future__ import annotations
@@ -398,7 +398,8 @@ class Rollout:
         if not nodes:
             return []
         complete_from = _need(lm, "complete_from", "Rollout")
-        seeds = [derive_seed(seed, "rollout", self.sampling.seed, n.position, n.visits, j) for n in nodes for j in range(k)]
+        seeds = [derive_seed(seed, "rollout", self.sampling.seed, n.position, n.visits, j)
+                 for n in nodes for j in range(k)]
         gens = complete_from([n for n in nodes for _ in range(k)], [""] * (k * len(nodes)), self.sampling, seeds)
         name = getattr(self.reward, "__qualname__", "Rollout.reward")
         out = []

@@ -130,7 +130,8 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise AppsDataError(f"{path} line {number}: not JSON ({exc.msg}); expected one APPS row per line") from None
+                raise AppsDataError(
+                    f"{path} line {number}: not JSON ({exc.msg}); expected one APPS row per line") from None
             if not isinstance(row, dict):
                 raise AppsDataError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
             yield number, row
