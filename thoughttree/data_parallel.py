@@ -8,7 +8,10 @@ run saves its file. When every group is done, the parts travel to rank 0 over a 
 shared file system needed) and rank 0 writes the merged run file: records in problem order,
 totals recomputed, so its content equals a single-process run with the same seed (wall-clock
 fields aside). The output path only ever holds a merged file; parts are removed once a complete
-run is merged, and kept for ``--resume`` when a run stops early. Only rank 0 draws progress.
+run is merged, and kept for ``--resume`` when a run stops early: a launch resumes from the parts
+of a launch of as many groups, else each group from its share of a merged run file (of any
+launch, or of one process). A SIGINT or SIGTERM that reaches a group already waiting for the
+others is remembered and the merge still happens. Only rank 0 draws progress.
 
 A rank that dies makes the merge fail on rank 0 with :class:`RankFailure` (nothing is written to
 the output); under torchrun the launcher stops the other ranks as soon as one fails.
@@ -26,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from .interrupts import Interrupts
 from .runner import (
     Problem, Record, RunError, RunOptions, RunOutcome, Solve, Totals, build_run, load_resume, merge_runs, part_files,
     record_error, run_problems,
@@ -126,22 +130,26 @@ def run_problem_set(
         )
         outcome = run_problems(problems, solve, part_meta, mine, totals=totals,
                                on_record=on_record if layout.rank == 0 else None, console=console)
-        parts = _gather(layout, outcome.run if layout.leader else None)
-        merged = None
-        if parts is not None:
-            merged = merge_runs(parts, problems, totals)
-            merged.meta = dict(meta)
-            if base is not None:
-                merged.save(base)
-        complete = _share(layout, merged is not None and merged.totals["finished"] == len(problems))
+        # A signal while this group waits for the others is remembered, not fatal: the others
+        # stop at it too, and the merge still happens (it then holds the finished problems).
+        with Interrupts() as late:
+            parts = _gather(layout, outcome.run if layout.leader else None)
+            merged = None
+            if parts is not None:
+                merged = merge_runs(parts, problems, totals)
+                merged.meta = dict(meta)
+                if base is not None:
+                    merged.save(base)
+            complete = _share(layout, merged is not None and merged.totals["finished"] == len(problems))
+        stopped = outcome.signal or (None if complete else late.signal)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if layout.leader and base is not None and complete:  # a stopped run keeps its parts for --resume
         part_path(base, layout.group, layout.groups).unlink(missing_ok=True)
     if merged is None:  # not rank 0: its own outcome gives its exit status
-        return replace(outcome, path=None)
+        return replace(outcome, path=None, signal=stopped)
     failures = [(str(r["id"]), e) for r in merged.problems if (e := record_error(r)) is not None]
-    return RunOutcome(merged, base, len(problems), failures, outcome.signal)
+    return RunOutcome(merged, base, len(problems), failures, stopped)
 
 
 def _share_of_run(

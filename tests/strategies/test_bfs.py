@@ -23,8 +23,8 @@ def test_keeps_best_breadth_and_expands_them_in_one_batch():
     lm = FakeLM(children=TABLE)
     result = search(ScriptTask(VALUES), BFS(breadth=2, samples=3, depth=2), lm, problem="Q")
     tree = result.tree
-    assert texts(tree, Status.PRUNED) == ["c;"]
-    assert texts(tree, Status.EXPANDED) == ["", "a;", "b;"]
+    assert texts(tree, Status.PRUNED) == ["c;", "a;d;", "a;e;", "a;f;", "b;i;"]  # the last level is selected too
+    assert texts(tree, Status.EXPANDED) == ["", "a;", "b;"] and texts(tree, Status.OPEN) == ["b;g;", "b;h;"]
     assert [c for c in lm.calls if c[0] == "generate"] == [("generate", 3), ("generate", 6)]
     assert result.best.path_text(include_root=False) == "b;h;"
     assert result.stopped == "done" and result.statistics.rounds == 2

@@ -45,12 +45,14 @@ class BFS(StrategyBase):
         if pending:  # resumed between expansion and evaluation: finish that round's scoring first
             return Step(evaluate=pending, evaluations=self.config.evaluations)
         frontier = [n for n in self.tree.frontier() if n.status is Status.OPEN]
-        if not frontier or max(n.depth for n in frontier) >= self.config.depth:
+        if not frontier:
             return None
         keep = self.select(frontier)
         for node in frontier:
             if all(node is not k for k in keep):
                 self.tree.prune(node)
+        if max(n.depth for n in frontier) >= self.config.depth:  # the last level is selected too
+            return None
         return Step(expand=keep, n=self.config.samples, evaluations=self.config.evaluations)
 
     def select(self, frontier: list[Node]) -> list[Node]:
