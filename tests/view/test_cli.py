@@ -163,3 +163,19 @@ def test_stats_shows_no_round_split_where_a_run_file_has_odd_round_records(tmp_p
     run.save(tmp_path / "run.json")
     code, out, _ = run_cli(capsys, "stats", tmp_path / "run.json")
     assert code == 0 and re.search(r"0\.50s\s+–\s+–", out)
+
+
+def test_text_from_a_run_file_is_shown_as_text_never_as_markup_or_terminal_codes(tmp_path, capsys):
+    tree = ThoughtTree(prompt=[7, 8])
+    tree.add_child(tree.root, [9], "\x1b]0;retitled\x07 \x1b[2J cleared \u202eabc")
+    run = RunFile(meta={"note": "[link=http://example.com]click[/link]"},
+                  problems=[{"problem": "Print a[i] [/x] in [order]", "tree": tree_to_dict(tree), "result": {}}])
+    run.save(tmp_path / "run.json")
+    for command in ("show", "stats"):
+        code, out, err = run_cli(capsys, command, tmp_path / "run.json")
+        assert code == 0 and err == "", err
+        assert "\x1b" not in out and "\u202e" not in out
+    code, out, _ = run_cli(capsys, "show", tmp_path / "run.json")
+    assert "Print a[i] [/x] in [order]" in out and "␛]0;retitled␇ ␛[2J cleared" in out
+    code, out, _ = run_cli(capsys, "stats", tmp_path / "run.json")
+    assert "[link=http://example.com]click[/link]" in out

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from view_trees import build_sample_tree
 
+from thoughttree.tree import ThoughtTree
 from thoughttree.tree.export import dot_quote, to_dot, to_graphml_graph, to_networkx, write_dot, write_graphml
 from thoughttree.tree.serialize import tree_from_dict, tree_to_dict
 
@@ -149,3 +150,32 @@ def test_empty_and_unscored_trees_export():
     nodes, _ = read_dot(to_dot(tree))
     assert all("value" not in a for a in nodes.values())
     assert all(not math.isnan(v) for _, v in to_networkx(tree).nodes(data="logprob"))
+
+
+def test_keys_and_texts_that_xml_or_utf_8_cannot_hold_are_replaced(tmp_path):
+    import networkx as nx
+
+    from thoughttree.tree.export import graphml_text
+
+    tree = ThoughtTree(prompt=[1, 2])
+    tree.add_child(tree.root, [3], "x\udcff", metadata={"k\x01ey": 1})
+    graph = nx.parse_graphml(graphml_text(tree), node_type=int)
+    assert graph.nodes[1]["text"] == "x\ufffd" and graph.nodes[1]["metadata.k\ufffdey"] == 1
+    to_dot(tree).encode("utf-8")  # no lone surrogate left
+
+
+def test_several_roots_are_drawn_in_order():
+    import io
+
+    from rich.console import Console
+
+    from thoughttree.tree.render import show
+
+    tree = ThoughtTree(prompt=[1])
+    tree.add_root([2])
+    for root in tree.roots:
+        tree.add_child(root, [4], f"child of root {root.id}")
+    out = io.StringIO()
+    show(tree, console=Console(file=out, width=80))
+    lines = [line for line in out.getvalue().splitlines() if "child of root" in line]
+    assert ["root 0" in lines[0], "root 1" in lines[1]] == [True, True]

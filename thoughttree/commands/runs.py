@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.rule import Rule
 from rich.table import Table
+from rich.text import Text
 
 from ..live import format_stat
 from ..tree.export import graphml_text, to_dot
@@ -103,7 +104,7 @@ def run_show(args: argparse.Namespace) -> int:
             title += " (interrupted: the tree so far)"
         elif result.get("error"):
             title += " (failed: the tree so far)"
-        console.print(Rule(title, align="left"), width=args.width)
+        console.print(Rule(Text(title), align="left"), width=args.width)  # text, never markup
         show(
             tree,
             console=console,
@@ -162,22 +163,22 @@ def _stats_table(title: str, rows: list[tuple[str, list[str]]], console: Console
     caption = ("prompt, gen: tokens of roots, of other nodes; branch: mean children of expanded nodes; "
                "expand, eval: seconds of the search's expansions and evaluations")
     wide = Table(
-        title=title, title_justify="left", caption=caption, caption_justify="left",
+        title=Text(title), title_justify="left", caption=caption, caption_justify="left",
         box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
     )  # fmt: skip
     wide.add_column("problem", max_width=20, overflow="ellipsis", no_wrap=True)
     for name in _STATS_COLUMNS:
         wide.add_column(name, justify="left" if name == "depths" else "right", no_wrap=True)
     for name, cells in rows:
-        wide.add_row(name, *cells, style="bold" if name.startswith("total") else None)
+        wide.add_row(Text(name), *cells, style="bold" if name.startswith("total") else None)
     # Measure unclamped: rich limits a measurement to the width it is given.
     if Measurement.get(console, console.options.update_width(10_000), wide).maximum <= console.width:
         return wide
-    tall = Table(title=title, title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE)
+    tall = Table(title=Text(title), title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE)
     tall.add_column("metric", style="dim")
     tall.add_column("value", overflow="fold")
     for name, cells in rows:
-        tall.add_row(name, "", style="bold")
+        tall.add_row(Text(name), "", style="bold")
         for metric, cell in zip(_STATS_COLUMNS, cells):
             tall.add_row(metric, cell)
         tall.add_section()
@@ -203,14 +204,14 @@ def run_stats(args: argparse.Namespace) -> int:
         total_halves = (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
         rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None, total_halves)))
     console = Console()
-    console.print(_stats_table(str(args.run_file), rows, console))
+    console.print(_stats_table(one_line(str(args.run_file), 200), rows, console))
     if run.meta or run.totals:
         meta = Table(title="run", title_justify="left", show_header=False, box=box.SIMPLE)
         meta.add_column("key", style="dim")
         meta.add_column("value", overflow="fold")
         for key, value in {**run.meta, **run.totals}.items():
             text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else format_stat(value)
-            meta.add_row(key, text)
+            meta.add_row(Text(one_line(key, 60)), Text(one_line(text, 10_000)))
         console.print(meta)
     return 0
 

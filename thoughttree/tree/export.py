@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from .thought_tree import ThoughtTree
 
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # lone surrogates too
 _DOT_COLORS = {
     Status.SOLVED: "forestgreen",
     Status.TERMINAL: "goldenrod",
@@ -133,7 +133,7 @@ def to_graphml_graph(tree: ThoughtTree) -> nx.DiGraph:
             elif len(seen) != 1 or None in seen:
                 v = json.dumps(v, sort_keys=True, default=str)
             out[k] = v
-        graph.add_node(node_id, **{k: _xml_safe(v) for k, v in out.items()})
+        graph.add_node(node_id, **{_xml_safe(k): _xml_safe(v) for k, v in out.items()})
     graph.add_edges_from(rich.edges)
     return graph
 
@@ -170,6 +170,8 @@ def dot_quote(value: str) -> str:
             out.append("\\n")
         elif (ch < " " and ch != "\t") or ch == "\x7f":
             out.append(" ")
+        elif "\ud800" <= ch <= "\udfff":  # a lone surrogate: not UTF-8
+            out.append("\ufffd")
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'

@@ -43,6 +43,12 @@ BEST_STYLE = "bold magenta"
 # When choosing which children survive ``max_children``, live and finished-well nodes come first.
 _STATUS_RANK = {Status.SOLVED: 0, Status.EXPANDED: 1, Status.OPEN: 1, Status.TERMINAL: 2, Status.PRUNED: 3}
 _WHITESPACE = re.compile(r"\s+")
+# Text from a model or a run file reaches the terminal: control characters (escape sequences
+# among them) are shown as their Unicode pictures, C1 controls, bidirectional overrides and lone
+# surrogates as U+FFFD, so no text can move the cursor, retitle the window or reorder a line.
+_VISIBLE = {**{c: 0x2400 + c for c in range(0x20)}, 0x7F: 0x2421,
+            **{c: 0xFFFD for c in [*range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+                                   *range(0xD800, 0xE000)]}}
 
 
 def is_scored(value: float | None) -> bool:
@@ -80,11 +86,12 @@ def one_line(text: str, limit: int) -> str:
     """``text`` on one line of at most ``limit`` characters.
 
     Runs of whitespace that hold a newline become one ``↵``; other runs become one space; a cut
-    ends in ``…``.
+    ends in ``…``; control characters are shown as their Unicode pictures (ESC as ``␛``).
     """
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     flat = _WHITESPACE.sub(lambda m: "↵" if "\n" in m.group() or "\r" in m.group() else " ", text).strip(" ")
+    flat = flat.translate(_VISIBLE)
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip(" ") + "…"
 
 
@@ -193,7 +200,7 @@ def layout(tree: ThoughtTree, options: ViewOptions = ViewOptions()) -> TreeLayou
         stack = [(tree.roots[0], top)]
     else:
         top = Tree("", hide_root=True, guide_style="dim")
-        stack = [(r, top.add(label(r))) for r in reversed(tree.roots)]
+        stack = [(r, top.add(label(r))) for r in tree.roots][::-1]  # drawn in order, walked first to last
     rows = len(tree.roots)
     while stack:
         node, branch = stack.pop()
