@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
-from thoughttree.runtime import ModelLoadError
+from thoughttree.runtime import KVPoolExhausted, ModelLoadError
 from thoughttree.tree import TreeError
 
 
@@ -57,7 +57,7 @@ def test_prompt_longer_than_context(tiny_model_dir) -> None:
     tree = ThoughtTree(lm, prompt=[1] + [5] * 505)
     (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=50, ignore_eos=True))[0]
     assert kid.metadata["finish_reason"] == "length" and kid.num_path_tokens == 512
-    with pytest.raises(ValueError, match="no room"):
+    with pytest.raises(TreeError, match=f"node {kid.id}'s path of 512 tokens leaves no room"):
         tree.expand([kid])
     with pytest.raises(ValueError, match="longer than the model's context"):
         lm.tree_logits([[1] * 513])
@@ -184,3 +184,21 @@ def test_given_text_is_kept_as_the_model_reads_it() -> None:
     kid = tree.root.extend("a\tb é")
     assert (tree.root.text, kid.text) == ("4 56 10\n", "ab ")
     assert tree.root.text == lm.decode(tree.root.tokens) and kid.text == lm.decode(kid.tokens)
+
+
+def test_a_failed_expansion_leaves_no_kv_and_a_tree_releases_its_kv_as_a_context(tiny_model_dir) -> None:
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=64, page_size=4))
+    with ThoughtTree(lm, prompt=[1] + [5] * 40) as tree:
+        kid = tree.root.extend(" jumps")
+        tree.release_kv()
+        with pytest.raises(KVPoolExhausted):  # more branches than the pool holds
+            tree.expand([kid], n=40, sampling=Sampling(max_tokens=60, ignore_eos=True))
+        assert lm.kv.pool.num_used == 0 and kid.kv is None and tree.root.kv is None
+        lm.check_integrity(tree)
+        tree.expand([kid], n=2, sampling=Sampling(max_tokens=3))
+        assert lm.kv.pool.num_used > 0
+        tree.prune(kid.children[0])
+        with pytest.raises(TreeError, match="pruned"):
+            tree.materialize([kid.children[0]])
+    assert lm.kv.pool.num_used == 0
+    lm.check_integrity()

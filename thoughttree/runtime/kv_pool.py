@@ -72,7 +72,8 @@ class KVPool:
         if n > len(self._free):
             raise KVPoolExhausted(
                 f"KV pool exhausted: {n} more pages needed but only {len(self._free)} free; {self.describe()}. "
-                "Prune or release parts of the tree, or give the runtime a larger pool "
+                "Prune or release parts of the tree, release trees no longer used (tree.release_kv(), or "
+                "`with ThoughtTree(...) as tree:`), or give the runtime a larger pool "
                 "(RuntimeConfig(num_pages=...) or kv_memory_bytes=...)"
             )
         pages = [self._free.pop() for _ in range(n)]

@@ -268,11 +268,15 @@ class LM:
     def generate(
         self, nodes: Sequence[Node], samples: Sequence[int], sampling: Sampling, seeds: Sequence[Sequence[int]]
     ) -> list[list[Generation]]:
-        self._attach(nodes)
+        made = self._attach(nodes)
         requests = [
             DecodeRequest(node.kv, sampling, seed) for node, n, ss in zip(nodes, samples, seeds) for seed in ss[:n]
         ]
-        outs = iter(self.engine.decode(requests))
+        try:
+            outs = iter(self.engine.decode(requests))
+        except BaseException:  # the call fails whole: the KV it gave the nodes goes too
+            self._detach(made)
+            raise
         return [[self._generation(next(outs), keep=True) for _ in range(n)] for n in samples]
 
     def release(self, kv: Any) -> None:
@@ -304,9 +308,13 @@ class LM:
         """One continuation of each node's path followed by its suffix text, all batched; KV freed after."""
         if not len(nodes) == len(suffixes) == len(seeds):
             raise ValueError("complete_from needs as many suffixes and seeds as nodes")
-        self._attach(nodes)
-        items = [(n.kv, tokens) for n, tokens in zip(nodes, self._encode_each(suffixes, add_bos=False))]
-        return self._scratch(items, sampling, seeds)
+        made = self._attach(nodes)
+        try:
+            items = [(n.kv, tokens) for n, tokens in zip(nodes, self._encode_each(suffixes, add_bos=False))]
+            return self._scratch(items, sampling, seeds)
+        except BaseException:
+            self._detach(made)
+            raise
 
     def _encode_each(self, texts: Sequence[str | Sequence[int]], *, add_bos: bool) -> list[list[int]]:
         """Each text's tokens (token sequences as given), the distinct texts encoded in one call."""

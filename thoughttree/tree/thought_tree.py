@@ -31,7 +31,9 @@ class ThoughtTree:
     >>> kids = tree.expand([tree.root], n=5, sampling=Sampling(max_tokens=48, stop="\\n"))
 
     Ids are given per tree in creation order. Pruned nodes stay in the tree (for viewing and
-    saving) with their KV freed. Without a model (``lm=None``) the tree is a plain data structure.
+    saving) with their KV freed. A tree's KV is held until pruned or released: call
+    :meth:`release_kv` (or use the tree as a context manager) before dropping it. Without a model
+    (``lm=None``) the tree is a plain data structure.
     """
 
     def __init__(
@@ -136,6 +138,9 @@ class ThoughtTree:
             raise TreeError("expand got the same node twice; ask for more children with n instead")
         for node in nodes:
             self._check_alive(node)
+            if node.num_path_tokens >= lm.max_context:
+                raise TreeError(f"node {node.id}'s path of {node.num_path_tokens} tokens leaves no room in the model's "
+                                f"context of {lm.max_context}; expand a shorter path")
         seeds = [
             [derive_seed(self.seed, sampling.seed, node.position, len(node.children) + j) for j in range(n)]
             for node in nodes
@@ -163,7 +168,7 @@ class ThoughtTree:
         """Prefill the KV of these nodes' paths (all live nodes when None) in one batch."""
         lm = self._need_lm("materialize")
         for node in nodes or ():
-            self._check_own(node)
+            self._check_alive(node)
         todo = [n for n in (nodes if nodes is not None else self) if n.alive]
         lm.materialize(todo)
 
@@ -181,8 +186,19 @@ class ThoughtTree:
                 x.kv = None
         return released
 
+    def __enter__(self) -> ThoughtTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release_kv()
+
     def release_kv(self) -> None:
-        """Free every node's KV (the tree stays readable and can be materialised again)."""
+        """Free every node's KV (the tree stays readable and can be materialised again).
+
+        KV stays in the model's pool until its nodes are pruned or this is called: a tree that is
+        dropped without it keeps its KV there. ``with ThoughtTree(lm, prompt=...) as tree:``
+        releases it on leaving the block.
+        """
         for x in self.nodes:
             if x.kv is not None:
                 if self.lm is not None:
