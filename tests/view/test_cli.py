@@ -179,3 +179,19 @@ def test_text_from_a_run_file_is_shown_as_text_never_as_markup_or_terminal_codes
     assert "Print a[i] [/x] in [order]" in out and "␛]0;retitled␇ ␛[2J cleared" in out
     code, out, _ = run_cli(capsys, "stats", tmp_path / "run.json")
     assert "[link=http://example.com]click[/link]" in out
+
+
+def test_export_dot_marks_the_run_files_best_path_and_json_refuses_nan_in_one_line(tmp_path, capsys):
+    tree = ThoughtTree(prompt=[7, 8])
+    reported = tree.add_child(tree.root, [9], "reported best")
+    higher = tree.add_child(tree.root, [10], "higher valued")
+    reported.value, higher.value = 0.1, 0.9
+    data = RunFile(meta={}, problems=[{"problem": "p", "tree": tree_to_dict(tree), "result": {"best": reported.id}}])
+    data = data.to_dict()
+    data["problems"][0]["tree"]["nodes"][higher.id]["metadata"]["score"] = float("nan")  # as another writer may
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    code, out, _ = run_cli(capsys, "export", tmp_path / "run.json", "--format", "dot")
+    assert code == 0
+    assert re.search(rf'n0 -> n{reported.id} \[penwidth="3"\]', out)
+    assert re.search(rf'n0 -> n{higher.id} \[penwidth="1"\]', out)
+    assert "JSON cannot write" in error_line(capsys, "export", tmp_path / "run.json", "--format", "json")

@@ -229,13 +229,17 @@ def run_export(args: argparse.Namespace) -> int:
     run = load_run(args.run_file)
     if args.problem is None and len(run.problems) != 1:
         raise CliError(f"{args.run_file} has {len(run.problems)} problems; choose one with --problem N")
-    [(_, _, tree)] = _select(run, args.problem if args.problem is not None else 0, args.run_file)
+    [(_, entry, tree)] = _select(run, args.problem if args.problem is not None else 0, args.run_file)
     if args.format == "graphml":
         text = graphml_text(tree)
     elif args.format == "dot":
-        text = to_dot(tree)
+        text = to_dot(tree, best=_result_best(entry, tree))  # the path show marks
     else:
-        text = json.dumps(tree_to_dict(tree), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        try:
+            text = json.dumps(tree_to_dict(tree), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        except ValueError as exc:  # NaN in a node's metadata: readable here, not valid JSON
+            raise CliError(f"{args.run_file}: the tree holds a value JSON cannot write ({exc}); "
+                           "export it as graphml or dot") from None
     if args.output is None:
         sys.stdout.write(text)
         return 0

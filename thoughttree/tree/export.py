@@ -185,14 +185,15 @@ def _dot_attrs(attrs: dict[str, Any]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def to_dot(tree: ThoughtTree, *, text_width: int = 40) -> str:
-    """Graphviz DOT text of ``tree``: one box per thought, coloured by status, best path bold.
+def to_dot(tree: ThoughtTree, *, text_width: int = 40, best: Node | None = None) -> str:
+    """Graphviz DOT text of ``tree``: one box per thought, coloured by status, best path bold
+    (the path to ``best``, by default :func:`best_path`'s).
 
     Each node ``n<id>`` carries its label (id, status, value, visits, cut text), the full text
     as ``tooltip``, and the fields status, value, visits, depth, num_tokens, logprob as plain
     attributes (Graphviz keeps unknown attributes; tools can read them back).
     """
-    best = {n.id for n in best_path(tree)}
+    best_ids = {n.id for n in (best.path() if best is not None else best_path(tree))}
     depth = _depths(tree)
     lines = [
         "digraph thoughttree {",
@@ -210,7 +211,7 @@ def to_dot(tree: ThoughtTree, *, text_width: int = 40) -> str:
             "label": f"{head}\n{body}",
             "tooltip": n.text,
             "color": _DOT_COLORS[n.status],
-            "penwidth": 3 if n.id in best else 1,
+            "penwidth": 3 if n.id in best_ids else 1,
             "status": n.status.value,
             "depth": depth[n.id],
             "visits": n.visits,
@@ -223,7 +224,7 @@ def to_dot(tree: ThoughtTree, *, text_width: int = 40) -> str:
         lines.append(f"  n{n.id} {_dot_attrs(attrs)};")
     for n in tree.nodes:
         if n.parent is not None:
-            width = 3 if n.id in best else 1
+            width = 3 if n.id in best_ids else 1
             lines.append(f"  n{n.parent.id} -> n{n.id} {_dot_attrs({'penwidth': width})};")
     lines.append("}")
     return "\n".join(lines) + "\n"
