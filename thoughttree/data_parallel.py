@@ -160,9 +160,9 @@ def _share_of_run(
     file at ``path`` (a one-process run, or a launch of another size, merged), or None without one
     (this group of a stopped launch of this size saved no part: it starts afresh)."""
     if not path.is_file():
-        same_size = [p for p in part_files(path) if p.name.endswith(f"-of-{layout.groups}")]
-        if part_files(path) and not same_size:  # with some of this size, a group without one starts afresh
-            found = ", ".join(p.name for p in part_files(path)[:3])
+        parts = part_files(path)
+        if parts and not any(p.name.endswith(f"-of-{layout.groups}") for p in parts):  # else: start afresh
+            found = ", ".join(p.name for p in parts[:3])
             raise RunError(f"--resume {path}: there is no merged run file and no part of a launch of {layout.groups} "
                            f"groups, only {found}; resume under a launch of as many groups as the stopped one")
         return None

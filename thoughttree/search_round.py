@@ -42,8 +42,8 @@ class RoundRunner:
         self._evaluate(todo, step.evaluations)
         after, t2 = Counters.read(self.lm), time.perf_counter()
         longest = max((len(c.tokens) for kids in children for c in kids), default=0)
-        stats = RoundStats(mid - before + chosen, after - mid, len(expanded), sum(map(len, children)), len(todo), longest,
-                           expand_seconds=t1 - t0, evaluate_seconds=t2 - t1)
+        stats = RoundStats(mid - before + chosen, after - mid, len(expanded), sum(map(len, children)), len(todo),
+                           longest, expand_seconds=t1 - t0, evaluate_seconds=t2 - t1)
         return Outcome(tuple(expanded), tuple(tuple(k) for k in children), tuple(todo)), stats
 
     # -- expansion ---------------------------------------------------------------------------
@@ -82,9 +82,9 @@ class RoundRunner:
             groups.setdefault((type(req), req.sampling), []).append(i)
         out: list[list[Node] | None] = [None for _ in nodes]
         for (kind, sampling), idx in groups.items():
-            if cap is not None:
-                made = sum(len(kids) for kids in out if kids is not None)
-                idx = idx[: max(0, cap - made) // n] if kind is Sample else idx
+            room = None if cap is None else cap - sum(len(kids) for kids in out if kids is not None)
+            if room is not None and kind is Sample:
+                idx = idx[: max(0, room) // n]
             if not idx:
                 continue
             group = [nodes[i] for i in idx]
@@ -92,7 +92,6 @@ class RoundRunner:
                 self._materialize(group)
                 results = self.tree.expand(group, n=n, sampling=sampling)
             else:
-                room = None if cap is None else cap - sum(len(kids) for kids in out if kids is not None)
                 results = self._propose(group, [requests[i] for i in idx], n, sampling, room)
             for i, kids in zip(idx, results):
                 out[i] = kids
@@ -115,11 +114,11 @@ class RoundRunner:
                 # The completion's log-probability is kept as the child's prior (MCTS's PUCT).
                 meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
                 texts += [(p, meta) for p in parts if p]
+            if room is not None and room <= 0 and texts:  # no room left for any of them: not expanded
+                kept.append(None)
+                continue
             kept.append([])
             seen = self._sibling_keys(node)
-            if room is not None and room <= 0 and texts:  # no room left for any of them: not expanded
-                kept[-1] = None
-                continue
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break

@@ -69,7 +69,7 @@ def test_prompt_longer_than_context(tiny_model_dir) -> None:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"device": "gpu"}, "is not a device; use 'cpu' or 'cuda'"),
+    ({"device": "gpu"}, "is not a device; use cpu or cuda"),
     ({"device": "meta"}, "thoughttree runs on cpu or cuda, not meta"),
     ({"dtype": torch.int8}, "unsupported dtype torch.int8"),
     ({"dtype": torch.float64}, "unsupported dtype torch.float64"),

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..ranks import is_main_process
-from ..runner import Problem, Record, RunOptions, RunOutcome, check_output, finish
+from ..runner import Problem, Record, RunOptions, RunOutcome, finish
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
@@ -81,8 +81,7 @@ def _ready(args: argparse.Namespace) -> None:
     from ..sandbox import SandboxUnavailable, run_tests
 
     check_device(args.device)
-    if args.output is not None or args.resume is not None:
-        check_output(*((args.output, "--output") if args.output is not None else (args.resume, "--resume")))
+    RunOptions(output=args.output, resume=args.resume).check()
 
     try:
         run_tests("", [("", None)])

@@ -51,20 +51,12 @@ def check_device(device: str | None) -> None:
     """A one-line error for a device this torch cannot run on."""
     if device is None:
         return
-    import torch
+    from ..runtime.lm import resolve_device
 
     try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise CliError(f"--device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise CliError(f"--device {device}: thoughttree runs on cpu or cuda, not {dev.type}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise CliError(f"--device {device}: CUDA is not available ({why}); use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise CliError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices (0..)")
+        resolve_device(device)
+    except ValueError as exc:  # "device ...": the option that gave it
+        raise CliError(f"--{exc}") from None
 
 
 def load_model(

@@ -39,22 +39,23 @@ def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: to
     return _DTYPES[dtype]
 
 
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    """The device to run on (CUDA when there is one, by default), checked to be usable here."""
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """The device to run on (CUDA when there is one, by default), checked to be usable here;
+    ValueError (its message begins "device ...") otherwise."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r} is not a device; use 'cpu' or 'cuda' ('cuda:N' for one GPU)") from None
+        raise ValueError(f"device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
     if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: thoughttree runs on cpu or cuda, not {dev.type}")
+        raise ValueError(f"device {device}: thoughttree runs on cpu or cuda, not {dev.type}")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise ValueError(f"device {device!r}: CUDA is not available ({why}); use device='cpu'")
+            raise ValueError(f"device {device}: CUDA is not available ({why}); run on the cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: there are {torch.cuda.device_count()} CUDA devices (0..)")
+            raise ValueError(f"device {device}: there are {torch.cuda.device_count()} CUDA devices (0..)")
     return dev
 
 
@@ -154,7 +155,7 @@ class LM:
         from transformers import AutoTokenizer
 
         cfg = ModelConfig.from_dir(path)
-        dev = _resolve_device(device)
+        dev = resolve_device(device)
         dt = _resolve_dtype(dtype, cfg, dev)
         runtime = runtime or RuntimeConfig()
         check_attention(runtime.attention, dev, dt)

@@ -9,7 +9,6 @@ pruned or exhausted the search backtracks to the next sibling. ``width`` > 1 exp
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from ..tree import Node, Status
