@@ -140,12 +140,13 @@ class LiveView:
         # Panel borders take two rows, the legend and the statistics the rest.
         legend_rows = len(self.console.render_lines(key, self.console.options.update_width(width), pad=False))
         room = max(1, height - 2 - legend_rows - (stat_rows if stats else 0))
+        inside = max(1, width - 4)  # the panel's borders and padding take four columns
         for k in range(self.max_children, 0, -1):
-            drawn = layout(tree, ViewOptions(max_depth=self.max_depth, max_children=k))
+            drawn = layout(tree, ViewOptions(max_depth=self.max_depth, max_children=k, width=inside))
             if drawn.rows <= room:
                 break
         else:
-            drawn = layout(tree, ViewOptions(max_depth=self.max_depth, best_only=True))
+            drawn = layout(tree, ViewOptions(max_depth=self.max_depth, best_only=True, width=inside))
         parts: list[RenderableType] = [Panel(drawn.renderable, title=self.title, title_align="left"), key]
         if stats:
             parts.append(line)

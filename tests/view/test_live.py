@@ -59,6 +59,18 @@ def test_live_view_cuts_the_tree_to_the_terminal(height):
         assert any(ln.rstrip(" │").endswith("… 2 more") for ln in lines)
 
 
+def test_live_view_cuts_a_deep_tree_to_the_panel_width():
+    tree = ThoughtTree()
+    node = tree.add_root([1])
+    for i in range(40):
+        node = tree.add_child(node, [2], f"step {i}")
+    console = recording_console(80, 60)
+    lines = lines_of(console, LiveView(console=console).renderable(tree, {}))
+    below = [int(m) for ln in lines for m in re.findall(r"… (\d+) below", ln)]
+    drawn = {int(m) for ln in lines for m in re.findall(r"#(\d+) d", ln)}
+    assert len(below) == 1 and len(drawn) + below[0] == len(tree.nodes)
+
+
 def test_live_view_of_a_growing_tree_and_misuse():
     tree = ThoughtTree(prompt=[1, 2])
     console = recording_console(60, 20)

@@ -144,10 +144,13 @@ def test_solved_only_without_solutions_draws_the_root_and_a_count():
 @pytest.mark.parametrize("width", [30, 20, 12])
 def test_narrow_terminals_still_draw_one_line_per_node(sample_tree, width):
     lines = draw(sample_tree, width=width, with_legend=False)
-    assert len(lines) == 11
     assert all(cell_len(ln) <= width for ln in lines)
     assert lines[0].startswith("●★ #0")
-    assert any(ln.lstrip("│├└─ ").startswith("✓★") for ln in lines)
+    if width >= 30:
+        assert len(lines) == 11 and any(ln.lstrip("│├└─ ").startswith("✓★") for ln in lines)
+    else:  # the deeper levels no longer fit: they are counted instead
+        below = sum(int(m) for ln in lines for m in re.findall(r"… (\d+)", ln))
+        assert len(ids_in(lines)) + below == len(sample_tree.nodes)
 
 
 def test_no_colour_consoles_get_no_colour_codes(sample_tree, monkeypatch):
@@ -163,6 +166,30 @@ def test_no_colour_consoles_get_no_colour_codes(sample_tree, monkeypatch):
     assert not colour.search(ansi(no_color=True))
     monkeypatch.setenv("NO_COLOR", "1")
     assert not colour.search(ansi())
+
+
+def chain(length: int, roots: int = 1) -> ThoughtTree:
+    tree = ThoughtTree()
+    for _ in range(roots):
+        node = tree.add_root([1])
+        for i in range(length):
+            node = tree.add_child(node, [2], f"step {i}")
+    return tree
+
+
+@pytest.mark.parametrize("width", [20, 40, 80, 200])
+def test_a_deep_tree_is_cut_where_its_levels_stop_fitting_the_width(width):
+    tree = chain(60, roots=2)
+    lines = draw(tree, width=width, with_legend=False)
+    drawn = ids_in(lines)
+    below = [int(m) for ln in lines for m in re.findall(r"… (\d+) below$", ln)]
+    assert len(below) == 2 and all(cell_len(ln.rstrip()) <= width for ln in lines)
+    assert len(drawn) + sum(below) == len(tree.nodes)  # every node is drawn or counted
+    assert all(re.search(r"#\d+ d", ln) or re.search(r"… \d+ below$", ln) for ln in lines)
+    deepest = max(int(d) for ln in lines for d in re.findall(r"#\d+ d(\d+)", ln))
+    assert deepest == (width - 12) // 4 - 1
+    assert layout(tree, ViewOptions(width=width)).rows == len(lines)
+    assert ids_in(draw(tree, width=width, with_legend=False, max_depth=1)) == {0, 1, 61, 62}
 
 
 def test_layout_counts_its_rows_and_forests_and_empty_trees_render(sample_tree):
@@ -186,5 +213,7 @@ def test_bad_options_are_refused():
         render(tree, max_children=0)
     with pytest.raises(ValueError, match="max_depth"):
         render(tree, max_depth=-1)
+    with pytest.raises(ValueError, match="width"):
+        render(tree, width=0)
     with pytest.raises(ValueError, match="width"):
         show(tree, width=0)

@@ -6,6 +6,8 @@ Status reads without colour through a mark in front of every line::
 
 The best path (see :func:`best_path`) is marked ★ and drawn bold. Large trees are cut
 with ``max_depth`` and ``max_children``; hidden parts are summarised as ``… 12 more`` lines.
+Each level is indented four columns, so a deep tree is also cut where its levels would no longer
+fit the width it is drawn at (``… 9 below``), rather than drawn past the edge.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ BEST_STYLE = "bold magenta"
 # When choosing which children survive ``max_children``, live and finished-well nodes come first.
 _STATUS_RANK = {Status.SOLVED: 0, Status.EXPANDED: 1, Status.OPEN: 1, Status.TERMINAL: 2, Status.PRUNED: 3}
 _WHITESPACE = re.compile(r"\s+")
+# rich indents each level of a tree by four columns; a "… N below" line needs twelve more.
+_INDENT = 4
+_BELOW_COLUMNS = 12
 # Text from a model or a run file reaches the terminal: control characters (escape sequences
 # among them) are shown as their Unicode pictures, C1 controls, bidirectional overrides and lone
 # surrogates as U+FFFD, so no text can move the cursor, retitle the window or reorder a line.
@@ -143,6 +148,8 @@ class ViewOptions:
         text_width: most characters of a node's text on its line.
         best: id of the node whose path is the best one (a search result's ``best``); None uses
             :func:`best_path`.
+        width: columns the tree is drawn in; levels that would start too far right to show are
+            cut as ``… N below``, as ``max_depth`` cuts them. None draws every level.
     """
 
     max_depth: int | None = None
@@ -151,6 +158,7 @@ class ViewOptions:
     solved_only: bool = False
     text_width: int = 60
     best: int | None = None
+    width: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_depth is not None and self.max_depth < 0:
@@ -159,6 +167,15 @@ class ViewOptions:
             raise ValueError(f"max_children must be >= 1 or None, got {self.max_children}")
         if self.text_width < 8:
             raise ValueError(f"text_width must be >= 8 to show any text, got {self.text_width}")
+        if self.width is not None and self.width < 1:
+            raise ValueError(f"width must be >= 1 or None, got {self.width}")
+
+    def deepest(self) -> int | None:
+        """The deepest depth drawn: ``max_depth``, or less where ``width`` holds fewer levels."""
+        if self.width is None:
+            return self.max_depth
+        fits = max(0, (self.width - _BELOW_COLUMNS) // _INDENT - 1)
+        return fits if self.max_depth is None else min(self.max_depth, fits)
 
 
 @dataclass(frozen=True)
@@ -202,11 +219,12 @@ def layout(tree: ThoughtTree, options: ViewOptions = ViewOptions()) -> TreeLayou
         top = Tree("", hide_root=True, guide_style="dim")
         stack = [(r, top.add(label(r))) for r in tree.roots][::-1]  # drawn in order, walked first to last
     rows = len(tree.roots)
+    deepest = options.deepest()
     while stack:
         node, branch = stack.pop()
         if not node.children:
             continue
-        if options.max_depth is not None and depth[node.id] >= options.max_depth:
+        if deepest is not None and depth[node.id] >= deepest:
             branch.add(Text(f"… {size[node.id] - 1} below", style="dim", no_wrap=True, overflow="ellipsis"))
             rows += 1
             continue
@@ -237,15 +255,17 @@ def render(
     text_width: int = 60,
     with_legend: bool = False,
     best: Node | None = None,
+    width: int | None = None,
 ) -> RenderableType:
     """A rich renderable of ``tree`` (print it, or put it in a ``Live`` or ``Panel``).
 
     Children hidden by ``max_children``, ``best_only`` or ``solved_only`` are summarised as
-    ``… N more``; subtrees below ``max_depth`` as ``… N below``. ``best`` marks that node's path
-    as the best one (pass a search result's ``best``); by default :func:`best_path` picks it.
+    ``… N more``; subtrees below ``max_depth``, or below the levels that fit ``width`` columns,
+    as ``… N below``. ``best`` marks that node's path as the best one (pass a search result's
+    ``best``); by default :func:`best_path` picks it.
     """
     options = ViewOptions(max_depth, max_children, best_only, solved_only, text_width,
-                          None if best is None else best.id)
+                          None if best is None else best.id, width)
     drawn = layout(tree, options).renderable
     return Group(drawn, legend()) if with_legend else drawn
 
@@ -280,5 +300,6 @@ def show(
         text_width=text_width,
         with_legend=with_legend,
         best=best,
+        width=console.width if width is None else width,
     )
     console.print(renderable, width=width)
