@@ -36,6 +36,16 @@ def test_unsupported_architecture_lists_supported(tmp_path) -> None:
         LM.from_pretrained(tmp_path)
 
 
+def test_an_activation_other_than_silu_is_refused(tmp_path, tiny_model_dir) -> None:
+    from thoughttree.runtime.model_config import ModelConfig
+
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert ModelConfig.from_dict({**config, "hidden_act": "swish"}).hidden_size == config["hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))  # e.g. ReluLLaMA
+    with pytest.raises(ModelLoadError, match="unsupported hidden_act 'relu'.*SiLU"):
+        LM.from_pretrained(tmp_path, device="cpu")
+
+
 def test_missing_weights_and_tokenizer(tmp_path, tiny_model_dir) -> None:
     shutil.copy(tiny_model_dir / "config.json", tmp_path / "config.json")
     with pytest.raises(ModelLoadError, match="tokenizer"):

@@ -13,6 +13,7 @@ SUPPORTED = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
 }
+SILU = ("silu", "swish")  # transformers' names of the activation the gated MLP computes
 
 
 class ModelLoadError(ValueError):
@@ -68,6 +69,10 @@ class ModelConfig:
             rope_type = rope.get("rope_type", rope.get("type", "default"))
             if rope_type not in ("default", "llama3", "linear"):
                 raise ModelLoadError(f"unsupported RoPE scaling {rope_type!r}; supported: default, linear, llama3")
+            act = raw.get("hidden_act", "silu")
+            if act not in SILU:
+                raise ModelLoadError(f"unsupported hidden_act {act!r}: the MLP of this runtime computes SiLU "
+                                     "(silu, swish) only; use a checkpoint whose config.json has hidden_act silu")
             eos = raw.get("eos_token_id")
             eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             window = raw.get("sliding_window")
