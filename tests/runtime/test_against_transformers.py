@@ -106,6 +106,26 @@ def test_tied_embeddings(tmp_path, arch: str) -> None:
         assert (row - want).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch,fields", [
+    ("qwen2", {"attention_bias": False}),  # Qwen2's q/k/v biases are there whatever the field says
+    ("mistral", {"attention_bias": True, "mlp_bias": True}),  # Mistral has no biases to read
+])
+def test_bias_fields_a_family_does_not_read_are_ignored(tmp_path, arch: str, fields: dict) -> None:
+    import json
+
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, arch)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, **fields}))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    seq = [1, 7, 9, 11, 13, 40]
+    with torch.no_grad():
+        want = hf(torch.tensor([seq])).logits[0, -1]
+    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+
+
 def test_sliding_window_caps_the_context(tmp_path) -> None:
     import json
 

@@ -92,9 +92,11 @@ class ModelConfig:
                 rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
                 max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
                 tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                attention_bias=bool(raw.get("attention_bias", model_type == "qwen2")),
+                # As transformers builds each family: Qwen2's q/k/v always carry biases, Mistral's never;
+                # only Llama reads mlp_bias.
+                attention_bias=model_type == "qwen2" or (model_type != "mistral" and bool(raw.get("attention_bias"))),
                 qk_norm=model_type == "qwen3",
-                mlp_bias=bool(raw.get("mlp_bias", False)),
+                mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias")),
                 sliding_window=int(window) if window else None,
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_ids=eos_ids,
