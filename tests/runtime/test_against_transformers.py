@@ -137,3 +137,21 @@ def test_sliding_window_caps_the_context(tmp_path) -> None:
     (path / "config.json").write_text(json.dumps(cfg))
     lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
     assert lm.max_context == 64  # beyond the window attention would differ from full attention
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_a_sliding_window_switched_off_leaves_the_whole_context(tmp_path, arch: str) -> None:
+    import json
+
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, arch)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, "sliding_window": 32, "use_sliding_window": False}))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    assert lm.max_context == 512  # transformers attends to the whole context
+    seq = [1] + [3 + i % 200 for i in range(99)]
+    with torch.no_grad():
+        want = hf(torch.tensor([seq])).logits[0, -1]
+    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4

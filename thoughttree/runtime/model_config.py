@@ -76,7 +76,7 @@ class ModelConfig:
             eos = raw.get("eos_token_id")
             eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             window = raw.get("sliding_window")
-            if model_type == "qwen2" and not raw.get("use_sliding_window", False):
+            if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
                 window = None
             return cls(
                 model_type=model_type,
