@@ -155,3 +155,24 @@ def test_a_sliding_window_switched_off_leaves_the_whole_context(tmp_path, arch: 
     with torch.no_grad():
         want = hf(torch.tensor([seq])).logits[0, -1]
     assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("top,inner", [(None, None), (64, 256)])
+def test_llama3_rope_reads_its_pretraining_length_as_transformers_does(tmp_path, top, inner) -> None:
+    """Missing: the context; a top-level original_max_position_embeddings wins over the one in rope_scaling."""
+    import json
+
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama")
+    cfg = json.loads((path / "config.json").read_text())
+    rope = {k: v for k, v in cfg.pop("rope_parameters").items() if k != "original_max_position_embeddings"}
+    rope.update({} if inner is None else {"original_max_position_embeddings": inner})
+    cfg.update({"rope_parameters": rope} | ({} if top is None else {"original_max_position_embeddings": top}))
+    (path / "config.json").write_text(json.dumps(cfg))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    seq = [1] + [3 + i % 200 for i in range(120)]
+    with torch.no_grad():
+        want = hf(torch.tensor([seq])).logits[0, -1]
+    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4

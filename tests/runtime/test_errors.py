@@ -46,6 +46,18 @@ def test_an_activation_other_than_silu_is_refused(tmp_path, tiny_model_dir) -> N
         LM.from_pretrained(tmp_path, device="cpu")
 
 
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_a_rope_scaling_without_its_fields_names_them(tmp_path, key) -> None:
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama")
+    config = json.loads((path / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    (path / "config.json").write_text(json.dumps({**config, key: {"rope_type": "llama3", "factor": 8.0}}))
+    with pytest.raises(ModelLoadError, match="RoPE scaling 'llama3' lacks low_freq_factor, high_freq_factor; add them"):
+        LM.from_pretrained(path, device="cpu")
+
+
 def test_missing_weights_and_tokenizer(tmp_path, tiny_model_dir) -> None:
     shutil.copy(tiny_model_dir / "config.json", tmp_path / "config.json")
     with pytest.raises(ModelLoadError, match="tokenizer"):

@@ -13,6 +13,11 @@ SUPPORTED = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
 }
+# The fields each RoPE scaling reads (transformers refuses a config without them).
+ROPE_FIELDS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
 SILU = ("silu", "swish")  # transformers' names of the activation the gated MLP computes
 
 
@@ -69,6 +74,14 @@ class ModelConfig:
             rope_type = rope.get("rope_type", rope.get("type", "default"))
             if rope_type not in ("default", "llama3", "linear"):
                 raise ModelLoadError(f"unsupported RoPE scaling {rope_type!r}; supported: default, linear, llama3")
+            if rope_type == "llama3":  # as transformers reads it: the top-level field first, the context last
+                rope["original_max_position_embeddings"] = (
+                    raw.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+                    or raw.get("max_position_embeddings", 2048))
+            missing = [k for k in ROPE_FIELDS.get(rope_type, ()) if rope.get(k) is None]
+            if missing:
+                raise ModelLoadError(f"config.json's RoPE scaling {rope_type!r} lacks {', '.join(missing)}; add "
+                                     "them to its rope_scaling (rope_parameters)")
             act = raw.get("hidden_act", "silu")
             if act not in SILU:
                 raise ModelLoadError(f"unsupported hidden_act {act!r}: the MLP of this runtime computes SiLU "
