@@ -176,3 +176,28 @@ def test_llama3_rope_reads_its_pretraining_length_as_transformers_does(tmp_path,
     with torch.no_grad():
         want = hf(torch.tensor([seq])).logits[0, -1]
     assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+
+
+def test_generation_stops_at_the_eos_tokens_of_generation_config(tmp_path) -> None:
+    """An end-of-turn token listed only in generation_config.json ends a generation, as in transformers' generate."""
+    import json
+
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "qwen2")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompt = [1, 7, 9, 11, 13]
+    with torch.no_grad():
+        turn_end = int(hf(torch.tensor([prompt])).logits[0, -1].argmax())  # the greedy first token ends the turn
+    gen = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [2, turn_end]}))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                           max_new_tokens=8, do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
+    assert want == [turn_end]
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    assert turn_end in lm.eos_token_ids
+    tree = ThoughtTree(lm, prompt=prompt)
+    (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=8, temperature=0))[0]
+    assert kid.tokens == want and kid.metadata["finish_reason"] == "eos"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,6 @@ class ModelConfig:
             if act not in SILU:
                 raise ModelLoadError(f"unsupported hidden_act {act!r}: the MLP of this runtime computes SiLU "
                                      "(silu, swish) only; use a checkpoint whose config.json has hidden_act silu")
-            eos = raw.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             window = raw.get("sliding_window")
             if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
                 window = None
@@ -112,7 +110,7 @@ class ModelConfig:
                 mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias")),
                 sliding_window=int(window) if window else None,
                 bos_token_id=raw.get("bos_token_id"),
-                eos_token_ids=eos_ids,
+                eos_token_ids=_token_ids(raw.get("eos_token_id")),
                 torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
             )
         except KeyError as exc:
@@ -137,7 +135,27 @@ class ModelConfig:
             raise ModelLoadError(f"{cfg} is not valid JSON: {exc}") from exc
         if not isinstance(raw, dict):
             raise ModelLoadError(f"{cfg} does not hold a JSON object")
-        return cls.from_dict(raw)
+        config = cls.from_dict(raw)
+        # transformers' generate stops at generation_config.json's EOS tokens (instruct checkpoints list
+        # their end-of-turn token there), so they end a generation here too.
+        gen = path / "generation_config.json"
+        if not gen.is_file():
+            return config
+        try:
+            generation = json.loads(gen.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{gen} is not valid JSON: {exc}") from exc
+        if not isinstance(generation, dict):
+            raise ModelLoadError(f"{gen} does not hold a JSON object")
+        extra = _token_ids(generation.get("eos_token_id"))
+        return replace(config, eos_token_ids=tuple(dict.fromkeys(config.eos_token_ids + extra)))
+
+
+def _token_ids(value: Any) -> tuple[int, ...]:
+    """A config's token id field (one id, a list of them or null) as a tuple."""
+    if value is None:
+        return ()
+    return tuple(int(t) for t in value) if isinstance(value, list) else (int(value),)
 
 
 def check_tensor_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], where: str) -> None:
