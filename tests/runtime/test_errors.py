@@ -72,6 +72,17 @@ def test_missing_weights_and_tokenizer(tmp_path, tiny_model_dir) -> None:
         LM.from_pretrained(tmp_path, device="cpu")
 
 
+def test_a_config_transformers_refuses_is_not_blamed_on_missing_tokenizer_files(tmp_path) -> None:
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "layer_types": ["full_attention"]}))  # 2 layers
+    with pytest.raises(ModelLoadError, match="layer_types.*; check tokenizer.json, tokenizer_config.json and "
+                                             "config.json"):
+        LM.from_pretrained(path, device="cpu")
+
+
 def test_prompt_longer_than_context(tiny_model_dir) -> None:
     lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
     with pytest.raises(TreeError, match="longer than the model's context of 512"):

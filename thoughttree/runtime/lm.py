@@ -167,7 +167,11 @@ class LM:
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:  # transformers raises several types for missing/broken tokenizers
-            raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); add tokenizer.json or the tokenizer files") from exc
+            # transformers reads config.json with the tokenizer: a config it refuses fails here too.
+            have = sorted(p.name for p in Path(path).glob("tokenizer*"))
+            fix = (f"check {', '.join(have)} and config.json (transformers reads both)" if have
+                   else "add tokenizer.json or the tokenizer files")
+            raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); {fix}") from exc
         model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
         if tp is not None:
             tp.attach(model)
