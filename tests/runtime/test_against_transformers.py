@@ -126,6 +126,28 @@ def test_bias_fields_a_family_does_not_read_are_ignored(tmp_path, arch: str, fie
     assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch,fields", [("llama", {"attention_bias": True}), ("qwen2", {})])
+def test_the_output_projection_bias_is_read_where_the_family_has_one(tmp_path, arch: str, fields: dict) -> None:
+    from safetensors.torch import load_file, save_file
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, arch, **fields)
+    tensors = load_file(path / "model.safetensors")
+    name = "model.layers.0.self_attn.o_proj.bias"
+    if arch == "llama":
+        assert name in tensors
+        tensors[name] = torch.randn_like(tensors[name])
+    else:  # Qwen2's output projection has no bias: a stored one is not read, as transformers does not read it
+        tensors[name] = torch.randn(tensors["model.layers.0.self_attn.o_proj.weight"].shape[0])
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    seq = [1, 7, 9, 11, 13, 40]
+    with torch.no_grad():
+        want = hf(torch.tensor([seq])).logits[0, -1]
+    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+
+
 def test_sliding_window_caps_the_context(tmp_path) -> None:
     import json
 

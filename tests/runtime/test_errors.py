@@ -208,6 +208,33 @@ def test_a_checkpoint_missing_a_tensor_names_it_and_extra_tensors_are_skipped(tm
         LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))
 
 
+def test_a_missing_output_projection_bias_is_named(tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+    from tiny_models import make_model
+
+    path = make_model(tmp_path, "llama", attention_bias=True)
+    tensors = load_file(path / "model.safetensors")
+    del tensors["model.layers.1.self_attn.o_proj.bias"]
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=r"lacks tensors: layers.1.self_attn.o_proj.bias$"):
+        LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=16))
+
+
+@pytest.mark.parametrize("where", ["rope", "top"])
+def test_a_partial_rotary_factor_is_refused_where_transformers_applies_it(tmp_path, where: str) -> None:
+    from thoughttree.runtime.model_config import ModelConfig
+    from tiny_models import make_model
+
+    config = json.loads((make_model(tmp_path, "llama") / "config.json").read_text())
+    rope = dict(config.get("rope_parameters") or config["rope_scaling"])
+    changed = {"rope_parameters": {**rope, "partial_rotary_factor": 0.5}} if where == "rope" else {
+        "partial_rotary_factor": 0.5}
+    with pytest.raises(ModelLoadError, match="unsupported partial_rotary_factor 0.5 with 'llama3' RoPE"):
+        ModelConfig.from_dict({**config, **changed})
+    default = {**config, **changed, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    assert ModelConfig.from_dict(default).rope_scaling is None  # default RoPE rotates whole heads regardless
+
+
 def test_given_text_is_kept_as_the_model_reads_it() -> None:
     # The bundled model's tokenizer has no tab and no accented letters: the nodes show what it reads.
     from thoughttree.commands.model import bundled_model_path

@@ -57,6 +57,12 @@ class ModelConfig:
             return min(self.max_position_embeddings, self.sliding_window)
         return self.max_position_embeddings
 
+    @property
+    def output_bias(self) -> bool:
+        """The attention's output projection carries a bias: Llama and Qwen3 with ``attention_bias``
+        (Qwen2's biases are on q, k and v only)."""
+        return self.attention_bias and self.model_type != "qwen2"
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         model_type = raw.get("model_type")
@@ -78,6 +84,10 @@ class ModelConfig:
                 rope["original_max_position_embeddings"] = (
                     raw.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
                     or raw.get("max_position_embeddings", 2048))
+            partial = float(rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0)))
+            if rope_type != "default" and partial != 1.0:  # transformers rotates only part of each head then
+                raise ModelLoadError(f"unsupported partial_rotary_factor {partial} with {rope_type!r} RoPE: this "
+                                     "runtime rotates whole heads; use a checkpoint that rotates every dimension")
             missing = [k for k in ROPE_FIELDS.get(rope_type, ()) if rope.get(k) is None]
             if missing:
                 raise ModelLoadError(f"config.json's RoPE scaling {rope_type!r} lacks {', '.join(missing)}; add "
