@@ -55,6 +55,14 @@ def test_malformed_puzzle(text: str) -> None:
 
 def test_parse_puzzle() -> None:
     assert parse_puzzle(" 4  5 6\t10 ") == (4, 5, 6, 10)
+    assert parse_puzzle("0 4 6 1") == (0, 4, 6, 1)
+
+
+def test_negative_puzzle_numbers_are_refused() -> None:
+    # an answer to "-1 1 4 6" would have to write -1, which the checker cannot read
+    assert not check_answer("-1 + 1 + 4 * 6 = 24", (-1, 1, 4, 6)).correct
+    with pytest.raises(ValueError, match="'-1' is negative"):
+        parse_puzzle("-1 1 4 6")
 
 
 @pytest.mark.parametrize("answer,numbers", [

@@ -71,6 +71,7 @@ def test_direct_answers() -> None:
         (dict(method="magic"), "unknown method"),
         (dict(breadth=0), "--breadth"),
         (dict(puzzles=("4 5 x 10",)), "not a whole number"),
+        (dict(puzzles=("-1 1 4 6",)), "is negative"),
         (dict(value="magic"), "--value"),
         (dict(prompts="few_shot", value="lookahead"), "'samples' for few-shot"),
         (dict(evaluations=0), "--evaluations"),

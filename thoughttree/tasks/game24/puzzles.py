@@ -27,7 +27,9 @@ def _read_csv_text() -> str:
 def parse_puzzle(text: str) -> tuple[int, ...]:
     """``'4 5 6 10'`` -> ``(4, 5, 6, 10)``.
 
-    A puzzle is exactly four whole numbers; anything else raises ValueError naming the problem.
+    A puzzle is exactly four whole numbers >= 0 (the answer checker reads no minus sign in front
+    of a number, so a negative one could never be part of a correct answer); anything else
+    raises ValueError naming the problem.
     """
     parts = text.split()
     if len(parts) != 4:
@@ -40,6 +42,8 @@ def parse_puzzle(text: str) -> tuple[int, ...]:
             raise ValueError(f"puzzle {text!r}: {part!r} is not a whole number") from None
         if value.denominator != 1:
             raise ValueError(f"puzzle {text!r}: {part!r} is not a whole number")
+        if value < 0:
+            raise ValueError(f"puzzle {text!r}: {part!r} is negative; Game of 24 numbers are whole numbers >= 0")
         numbers.append(value.numerator)
     return tuple(numbers)
 
