@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 from thoughttree.tasks.game24.dataset import DataConfig, generate_examples
+from thoughttree.tasks.game24.formats import value_label
+from thoughttree.tasks.game24.steps import make_state
 
 TRAINING = Path(__file__).resolve().parents[2] / "training" / "game24"
 
@@ -39,3 +41,22 @@ def test_gpu_run_script_rejects_bad_arguments() -> None:
     for args in ([], ["a", "b"], ["a", "--smoke", "c"]):
         done = subprocess.run(["bash", str(TRAINING / "gpu_run.sh"), *args], capture_output=True, text=True)
         assert done.returncode == 2 and "usage:" in done.stderr
+
+
+def test_evaluation_reports_no_rate_for_a_group_without_unseen_states() -> None:
+    spec = importlib.util.spec_from_file_location("game24_evaluate", TRAINING / "evaluate.py")
+    assert spec is not None and spec.loader is not None
+    evaluate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate)
+
+    class Solver:
+        """Answers every value prompt with the solver's label."""
+
+        def generate(self, prompts: list[str], max_new_tokens: int, sample: bool) -> list[str]:
+            return [value_label(p.split(":", 1)[1].split()) + "\n" for p in prompts]
+
+    group = [make_state([4, 6]), make_state([12, 12])]
+    seen = evaluate.eval_value(Solver(), {"2": group}, seen=set(group))["2"]
+    assert seen["accuracy"] == 1.0 and seen["unseen_n"] == 0 and seen["unseen_accuracy"] is None
+    unseen = evaluate.eval_value(Solver(), {"2": group}, seen=set())["2"]
+    assert unseen["unseen_n"] == 2 and unseen["unseen_accuracy"] == 1.0

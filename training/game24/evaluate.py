@@ -3,14 +3,15 @@
     PYTHONPATH=. python training/game24/evaluate.py --model thoughttree/models/game24 --out eval.json
 
 Everything is measured on the test puzzles (indices 900-999) and the states reachable from
-them; none of their four- or three-number states is in the training data (see
-``thoughttree.tasks.game24.split``):
+them; none of their four- or three-number states is in the training data, but most of their
+two-number states are (see ``thoughttree.tasks.game24.split``):
 
 - propose: share of greedy and sampled (T=1) completions that are valid steps, and share of
   those that keep 24 reachable;
-- value: greedy label against the solver's label, per number count, also on states that never
-  occur in training; and the calibration of P(24 reachable) = p(sure) + p(likely) from the
-  label probabilities (Brier score, expected calibration error over 10 bins);
+- value: greedy label against the solver's label, per number count, also on the states that
+  never occur in training (``unseen_n``; few two-number states are among them); and the
+  calibration of P(24 reachable) = p(sure) + p(likely) from the label probabilities (Brier
+  score, expected calibration error over 10 bins);
 - io / cot: greedy success, and the mean and any-of-k success of k samples (T=1);
 - bfs: a plain Tree-of-Thoughts breadth-first search (k proposals per node, value = expected
   label score from the label probabilities, keep the best ``breadth``) as a sanity check.
@@ -76,8 +77,9 @@ class Generator:
         return torch.cat(rows)
 
 
-def _share(flags: Sequence[bool]) -> float:
-    return round(sum(flags) / max(1, len(flags)), 4)
+def _share(flags: Sequence[bool]) -> float | None:
+    """The share of true flags; None for no flags (a rate over nothing is not 0)."""
+    return round(sum(flags) / len(flags), 4) if flags else None
 
 
 def eval_propose(gen: Generator, states: dict[str, list[State]], samples: int) -> dict:
@@ -210,7 +212,8 @@ def main() -> None:
     value_sets = {"4": pick(test_states[4], 100), "3": pick(test_states[3], 2000),
                   "2": pick(test_states[2], 2000), "2_reachable": pick(two, 500)}
     report = {"model": str(args.model), "device": args.device, "dtype": args.dtype, "seed": args.seed,
-              "held_out": "puzzles 900-999 and the states reachable from them",
+              "held_out": "puzzles 900-999 and the states reachable from them; two-number states may also be in "
+                          "the training data (value: unseen_n of n were not)",
               "propose": eval_propose(gen, propose_sets, samples=5),
               "value": eval_value(gen, value_sets, seen),
               "value_calibration": eval_calibration(gen, value_sets),
