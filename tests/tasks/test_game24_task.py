@@ -164,3 +164,19 @@ def test_few_shot_search_runs_on_a_real_model(tmp_path) -> None:
     assert lm.stats.generated_tokens > 0 and result.answer is None and not result.solved
     assert all(not n.alive for n in result.tree.nodes[1:])
     lm.check_integrity(result.tree)
+
+
+def test_summary_says_which_puzzles_are_held_out_and_which_the_model_trained_on(tmp_path, capsys) -> None:
+    from thoughttree.commands.game24 import split_rows
+    from thoughttree.tree.serialize import load_run
+
+    out = tmp_path / "run.json"
+    assert main(["game24", "--device", "cpu", "--method", "io", "--k", "1", "--puzzle", "10 6 5 4",
+                 "--puzzle", "1 1 1 1", "--output", str(out)]) == 0
+    assert "held-out test puzzles" in capsys.readouterr().out
+    run = load_run(out)
+    assert run.totals["held_out_puzzles"] == 1 and run.totals["puzzles"] == 2
+    assert split_rows(run) == [("held-out test puzzles", "1 of 2 (900-999, in any order)"),
+                               ("in the model's training data", "1 of 2")]
+    run.meta["model"] = str(tmp_path)  # a model without training.json: nothing is known of its data
+    assert split_rows(run) == [("held-out test puzzles", "1 of 2 (900-999, in any order)")]

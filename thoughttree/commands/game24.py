@@ -14,9 +14,11 @@ from rich.table import Table
 from ..config import Sampling
 from ..live import format_stat
 from ..ranks import is_main_process
-from ..runner import Record, RunOptions, finish
+from ..runner import Record, RunOptions, finish, is_partial
+from ..tasks.game24.dataset import training_roots
 from ..tasks.game24.puzzles import NUM_PUZZLES
-from ..tasks.game24.task import VALUES
+from ..tasks.game24.steps import make_state
+from ..tasks.game24.task import VALUES, as_puzzle
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
@@ -122,6 +124,8 @@ def summary_table(result: RunFile) -> Table:
     rows = [("success rate", f"{meta['success_rate']:.1%}"), ("solved", f"{meta['solved']} / {meta['puzzles']}")]
     if meta["finished"] < meta["problem_count"]:
         rows.append(("puzzles searched", f"{meta['finished']} of {meta['problem_count']} (the run was stopped)"))
+    if "held_out_puzzles" in meta:
+        rows += split_rows(result)
     if "average_sample_accuracy" in meta:
         rows.append(("average sample accuracy", f"{meta['average_sample_accuracy']:.1%}"))
     if meta.get("errors"):
@@ -136,6 +140,19 @@ def summary_table(result: RunFile) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def split_rows(result: RunFile) -> list[tuple[str, str]]:
+    """How many of the run's puzzles are held-out test puzzles and, for a model whose ``training.json``
+    records how its data was made (the bundled one), how many were in that data."""
+    held, puzzles = result.totals["held_out_puzzles"], result.totals["puzzles"]
+    rows = [("held-out test puzzles", f"{held} of {puzzles} (900-999, in any order)")]
+    model = result.meta.get("model")
+    if model and (Path(model) / "training.json").is_file():
+        roots = set(training_roots())
+        seen = sum(make_state(as_puzzle(r["problem"])) in roots for r in result.problems if not is_partial(r))
+        rows.append(("in the model's training data", f"{seen} of {puzzles}"))
+    return rows
 
 
 # -- demo ----------------------------------------------------------------------------------------

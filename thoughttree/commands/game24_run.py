@@ -19,7 +19,7 @@ from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
 from ..tasks.game24.arith import check_answer, format_numbers
-from ..tasks.game24.puzzles import NUM_PUZZLES, load_puzzles
+from ..tasks.game24.puzzles import NUM_PUZZLES, is_held_out, load_puzzles
 from ..tasks.game24.task import STYLES, VALUES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import ThoughtTree, derive_seed
 from ..tree.serialize import RunFile
@@ -182,10 +182,12 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
 
 
 def game24_totals(records: Sequence[Record]) -> dict[str, Any]:
-    """Success rate over the finished puzzles (and the mean share of correct samples for io/cot/bon)."""
+    """Success rate over the finished puzzles, how many of them are held-out test puzzles (900-999,
+    in any order), and the mean share of correct samples for io/cot/bon."""
     solved = sum(bool(r["result"].get("correct")) for r in records)
     out: dict[str, Any] = {"success_rate": solved / len(records) if records else 0.0, "solved": solved,
-                           "puzzles": len(records)}
+                           "puzzles": len(records),
+                           "held_out_puzzles": sum(is_held_out(as_puzzle(r["problem"])) for r in records)}
     accuracies = [r["result"]["sample_accuracy"] for r in records if "sample_accuracy" in r["result"]]
     if accuracies:
         out["average_sample_accuracy"] = sum(accuracies) / len(accuracies)

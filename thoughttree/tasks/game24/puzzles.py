@@ -71,3 +71,13 @@ def held_out_puzzles() -> list[tuple[int, ...]]:
     """The standard test puzzles, indices 900-999 (named so pytest does not collect it)."""
     puzzles = load_puzzles()
     return [puzzles[i] for i in TEST_INDICES]
+
+
+@functools.lru_cache(maxsize=1)
+def _held_out_multisets() -> frozenset[tuple[int, ...]]:
+    return frozenset(tuple(sorted(p)) for p in held_out_puzzles())
+
+
+def is_held_out(puzzle: tuple[int, ...]) -> bool:
+    """Whether ``puzzle`` is one of the standard test puzzles, in any order (``10 6 5 4`` is 900)."""
+    return tuple(sorted(puzzle)) in _held_out_multisets()
