@@ -41,6 +41,9 @@ def folders(tmp_path: Path, count: int = 3) -> Path:
     (row(2, solutions=5), "solutions must be a list of program texts"),
     (row(2, input_output=json.dumps({**IO, "fn_name": "foo-bar"})), "is not a Python function name"),
     (row(2, input_output=json.dumps({**IO, "fn_name": 123})), "is not a Python function name"),
+    (row(2, input_output=json.dumps({**IO, "fn_name": "class"})), "is not a Python function name"),
+    (row(2, question=None), "question must be the problem statement's text"),
+    (row(2, question=["Double it."]), "question must be the problem statement's text"),
     (row(1), "problem id 1 appears at positions 0 and 1"),
     (row(2, input_output=json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})), "choose a range of problems without it"),
 ])

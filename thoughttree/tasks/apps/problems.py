@@ -15,6 +15,7 @@ The bundled sample (``data="bundled"``) holds 87 problems of the APPS **train** 
 from __future__ import annotations
 
 import json
+import keyword
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -210,13 +211,16 @@ def problem_from_row(row: dict[str, Any], where: str = "row") -> CodeProblem:
     if missing:
         raise AppsDataError(f"{where}: missing {', '.join(missing)}; APPS rows have problem_id, question, "
                             "solutions, input_output, difficulty, url, starter_code")
+    if not isinstance(row["question"], str) or not row["question"].strip():
+        raise AppsDataError(f"{where}: question must be the problem statement's text, got {row['question']!r:.60}")
     io = _decoded(row["input_output"], "input_output", where)
     if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list):
         raise AppsDataError(f"{where}: input_output needs lists 'inputs' and 'outputs'")
     if len(io["inputs"]) != len(io["outputs"]):
         raise AppsDataError(f"{where}: {len(io['inputs'])} inputs but {len(io['outputs'])} outputs")
     fn_name = io.get("fn_name") or None
-    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()
+                                    and not keyword.iskeyword(fn_name)):
         raise AppsDataError(f"{where}: input_output's fn_name {fn_name!r} is not a Python function name")
     if fn_name is None:
         tests = [(_as_text(i), _as_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
