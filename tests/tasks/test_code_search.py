@@ -119,7 +119,7 @@ def test_a_statement_longer_than_the_context_fails_its_problem_alone():
     assert not [c for c in lm.calls if c[0] == "generate"]
 
 
-def test_pass_at_k_counts_a_problem_without_samples_as_failed():
+def test_pass_at_k_counts_the_samples_a_problem_lacks_as_failed():
     def entry(samples: list[bool]) -> dict:
         return {"result": {"passed": bool(samples) and samples[0], "sample_passed": samples}}
 
@@ -128,7 +128,9 @@ def test_pass_at_k_counts_a_problem_without_samples_as_failed():
     assert totals["pass@1"] == pytest.approx((0.25 + 1.0 + 0.0) / 3)
     assert totals["pass@2"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
     assert "pass@10" not in totals
-    assert humaneval_totals([entry([])], k=2) == {"passed": 0, "pass@1": 0.0}
+    assert humaneval_totals([entry([])], k=2) == {"passed": 0, "pass@1": 0.0, "pass@2": 0.0}
+    short = humaneval_totals([entry([True]), entry([False, False])], k=2)  # the first lacks one of its samples
+    assert short["pass@2"] == pytest.approx((1.0 + 0.0) / 2) and short["pass@1"] == pytest.approx((0.5 + 0.0) / 2)
 
 
 def test_the_checker_judges_alike_with_forked_tests_and_fresh_interpreters():

@@ -134,17 +134,17 @@ def apps_totals(entries: Sequence[dict[str, Any]]) -> dict[str, float | int]:
 def humaneval_totals(entries: Sequence[dict[str, Any]], k: int) -> dict[str, float | int]:
     """pass@1 of the answers; for io also the unbiased pass@1 and pass@k over every problem's samples.
 
-    A problem without samples (its search failed before any) passes at no k.
+    A problem with fewer than ``k`` samples (its search failed part way or before any) counts the
+    samples it lacks as failed ones, so it passes at no k when it has none.
     """
     totals: dict[str, float | int] = {
         "passed": sum(bool(e["result"]["passed"]) for e in entries),
     }
     totals["pass@1"] = totals["passed"] / len(entries) if entries else 0.0
-    counts = [(len(e["result"]["sample_passed"]), sum(e["result"]["sample_passed"])) for e in entries
+    counts = [(max(k, len(e["result"]["sample_passed"])), sum(e["result"]["sample_passed"])) for e in entries
               if "sample_passed" in e["result"]]
-    sampled = [(n, c) for n, c in counts if n >= 1]
-    if sampled and len(counts) == len(entries):
-        n_min = min(n for n, _ in sampled)
+    if counts and len(counts) == len(entries):
+        n_min = min(n for n, _ in counts)
         for kk in sorted({1} | {kk for kk in (k, 10, 100) if kk <= n_min}):
-            totals[f"pass@{kk}"] = mean_pass_at_k(sampled, kk) * len(sampled) / len(counts)
+            totals[f"pass@{kk}"] = mean_pass_at_k(counts, kk)
     return totals
