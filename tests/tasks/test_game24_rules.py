@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -109,6 +110,24 @@ def test_parser_refuses_anything_but_arithmetic(text: str) -> None:
 def test_parser_limits_length() -> None:
     with pytest.raises(ExpressionError, match="longer"):
         evaluate_expression("(" * 400 + "1" + ")" * 400)
+
+
+def test_parser_limits_nesting_and_reads_ascii_digits_only() -> None:
+    assert evaluate_expression("(" * 64 + "24" + ")" * 64).value == 24
+    with pytest.raises(ExpressionError, match="nested deeper than 64"):
+        evaluate_expression("(" * 65 + "24" + ")" * 65)
+
+    def deep(levels: int) -> None:  # an answer checked deep in a caller's stack gets the same clear error
+        if levels:
+            return deep(levels - 1)
+        evaluate_expression("(" * 250 + "24" + ")" * 250)
+
+    with pytest.raises(ExpressionError, match="nested"):
+        deep(sys.getrecursionlimit() - 400)
+    with pytest.raises(ExpressionError):
+        evaluate_expression("\u0664 * 6")  # an Arabic-Indic four is not the number 4
+    with pytest.raises(ValueError, match="not a number"):
+        parse_number("\u0664")
 
 
 def test_evaluation_is_exact() -> None:

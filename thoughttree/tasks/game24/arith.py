@@ -16,8 +16,10 @@ from fractions import Fraction
 TARGET = Fraction(24)
 MAX_EXPRESSION_CHARS = 512  # answers are short; the cap bounds parse time and recursion depth
 
-_NUMBER_RE = re.compile(r"-?\d+(?:/\d+)?")
-_TOKEN_RE = re.compile(r"\s*(?:(\d+)|([-+*/()]))")
+MAX_NESTING = 64  # parentheses deeper than this are no answer, and would cost a recursion per level
+# ASCII digits only: \d would read other scripts' digits (Arabic-Indic "٤") as numbers.
+_NUMBER_RE = re.compile(r"-?[0-9]+(?:/[0-9]+)?")
+_TOKEN_RE = re.compile(r"\s*(?:([0-9]+)|([-+*/()]))")
 
 
 class ExpressionError(ValueError):
@@ -86,6 +88,7 @@ class _Parser:
     def __init__(self, tokens: list[str]) -> None:
         self.tokens = tokens
         self.pos = 0
+        self.depth = 0
         self.numbers: list[Fraction] = []
 
     def peek(self) -> str | None:
@@ -120,7 +123,11 @@ class _Parser:
     def factor(self) -> Fraction:
         token = self.take()
         if token == "(":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise ExpressionError(f"parentheses nested deeper than {MAX_NESTING}")
             value = self.expr()
+            self.depth -= 1
             if self.take() != ")":
                 raise ExpressionError("unbalanced parentheses")
             return value
