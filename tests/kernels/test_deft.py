@@ -118,6 +118,22 @@ def test_rejects_float32_and_mixed_dtypes() -> None:
         deft_tree_attention(q, k.float(), v, plan)
 
 
+@pytest.mark.parametrize("attention", [deft_tree_attention, per_sequence_attention])
+def test_launchers_reject_tensors_that_do_not_fit_the_plan(attention) -> None:
+    # Called directly (not through tree_attention), the launchers check shapes too: a mismatch
+    # used to run and return garbage or read past q.
+    q, k, v, plan = build([-1, 0, 0], [20, 5, 3], [1, 2], None, h_q=4, h_kv=2, page_size=8, **CPU)
+    for args, message in (
+        ((q[:, :3].contiguous(), k, v), "multiple of KV heads"),
+        ((q[:1].contiguous(), k, v), "rows but the plan has 2 queries"),
+        ((q, k[..., :32].contiguous(), v[..., :32].contiguous()), "equal head dims"),
+        ((q, k, v[:, :, :1].contiguous()), "expected q"),
+        ((q, k.reshape(-1, 4, 2, 64), v.reshape(-1, 4, 2, 64)), "page size 4 differs"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            attention(*args, plan)
+
+
 @st.composite
 def _random_tree(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list[int]]:
     n = draw(st.integers(1, 8))

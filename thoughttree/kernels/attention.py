@@ -10,23 +10,6 @@ from .reference import tree_attention_reference
 BACKENDS = ("deft", "per_sequence", "reference")
 
 
-def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TreePlan) -> None:
-    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(
-            "expected q [Q, H_q, D] and k_cache, v_cache [num_pages, page_size, H_kv, D]; "
-            f"got q {tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}"
-        )
-    if q.shape[0] != plan.num_queries:
-        raise ValueError(f"q has {q.shape[0]} rows but the plan has {plan.num_queries} queries")
-    if k_cache.shape[1] != plan.page_size:
-        raise ValueError(f"cache page size {k_cache.shape[1]} differs from the plan's {plan.page_size}")
-    if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
-        raise ValueError(
-            f"q heads {q.shape[1]} must be a multiple of KV heads {k_cache.shape[2]} with equal head dims "
-            f"({q.shape[2]} vs {k_cache.shape[3]})"
-        )
-
-
 def tree_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -49,7 +32,7 @@ def tree_attention(
     Returns:
         [num_queries, H_q, D] in q's dtype.
     """
-    _check(q, k_cache, v_cache, plan)
+    plan.check_inputs(q, k_cache, v_cache)
     if backend == "reference":
         return tree_attention_reference(q, k_cache, v_cache, plan, sm_scale)
     if backend == "deft":

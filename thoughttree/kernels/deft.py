@@ -285,7 +285,8 @@ def _merge_kernel(
     )
 
 
-def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TreePlan) -> None:
+    plan.check_inputs(q, k_cache, v_cache)
     if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(
             f"q, k_cache, v_cache must all be float16 or all bfloat16; got {q.dtype}, {k_cache.dtype}, {v_cache.dtype} "
@@ -481,7 +482,7 @@ def deft_tree_attention(
     Returns:
         [num_queries, H_q, D] in q's dtype.
     """
-    _check_inputs(q, k_cache, v_cache)
+    _check_inputs(q, k_cache, v_cache, plan)
     work = deft_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
     return run_work(q, k_cache, v_cache, work, sm_scale)
 
@@ -500,6 +501,6 @@ def per_sequence_attention(
     The baseline a runtime without tree sharing would use: every query reads its whole path's
     KV itself, G query heads packed per KV head. Shapes as :func:`deft_tree_attention`.
     """
-    _check_inputs(q, k_cache, v_cache)
+    _check_inputs(q, k_cache, v_cache, plan)
     work = per_sequence_work(plan, q.shape[1], k_cache.shape[2], q.shape[2], config)
     return run_work(q, k_cache, v_cache, work, sm_scale)

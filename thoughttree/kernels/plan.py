@@ -54,6 +54,24 @@ class TreePlan:
     def num_queries(self) -> int:
         return len(self.query_nodes)
 
+    def check_inputs(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        """Raise ValueError unless q [num_queries, H_q, D] and k_cache, v_cache [num_pages,
+        page_size, H_kv, D] fit this plan and each other (H_q a multiple of H_kv)."""
+        if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+            raise ValueError(
+                "expected q [Q, H_q, D] and k_cache, v_cache [num_pages, page_size, H_kv, D]; "
+                f"got q {tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}"
+            )
+        if q.shape[0] != self.num_queries:
+            raise ValueError(f"q has {q.shape[0]} rows but the plan has {self.num_queries} queries")
+        if k_cache.shape[1] != self.page_size:
+            raise ValueError(f"cache page size {k_cache.shape[1]} differs from the plan's {self.page_size}")
+        if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
+            raise ValueError(
+                f"q heads {q.shape[1]} must be a multiple of KV heads {k_cache.shape[2]} with equal head dims "
+                f"({q.shape[2]} vs {k_cache.shape[3]})"
+            )
+
     @cached_property
     def node_lengths(self) -> np.ndarray:
         return self.node_offsets[1:] - self.node_offsets[:-1]
