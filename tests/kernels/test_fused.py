@@ -44,6 +44,18 @@ def test_add_rms_norm(dtype: torch.dtype, n: int) -> None:
         _close(got, want, dtype)
 
 
+def test_add_rms_norm_refuses_strided_rows() -> None:
+    # A row whose elements are not adjacent (a transposed view, a strided weight) was read as if
+    # they were: the norm of other elements, no error.
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 72, generator=g).to(DEV), torch.randn(72, generator=g).to(DEV)
+    column_major = x.T.contiguous().T
+    strided = torch.randn(144, generator=g).to(DEV)[::2]
+    for args in ((column_major, None, w), (x, column_major, w), (x, None, strided)):
+        with pytest.raises(ValueError, match="contiguous along N"):
+            fused.add_rms_norm(*args, 1e-5)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul(dtype: torch.dtype) -> None:
     gu = torch.randn(5, 2 * 1100, generator=torch.Generator().manual_seed(0)).to(DEV, dtype)

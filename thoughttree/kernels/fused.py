@@ -45,6 +45,8 @@ def add_rms_norm(
     t, n = x.shape
     if weight.shape != (n,) or (residual is not None and residual.shape != x.shape):
         raise ValueError(f"add_rms_norm: x {tuple(x.shape)}, residual and weight [{n}] must agree")
+    if any(a.stride(-1) != 1 for a in (x, weight) + (() if residual is None else (residual,))):
+        raise ValueError("add_rms_norm: x, residual and weight must be contiguous along N (call .contiguous())")
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else x
     if t:
