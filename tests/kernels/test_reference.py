@@ -64,6 +64,9 @@ def test_query_visible_gives_causal_prefill() -> None:
         (dict(parents=[-1], node_slots=[[0]], query_nodes=[0], query_visible=[0]), "no token"),
         (dict(parents=[-1], node_slots=[[-3]], query_nodes=[0]), r"slot ids must be in \[0, 2\^31\)"),
         (dict(parents=[-1], node_slots=[[0, 2**31]], query_nodes=[0]), r"int32.*got \[0, 2147483648\]"),
+        # Slot ids in lists are checked as arrays are: a float is refused, not truncated to a slot.
+        (dict(parents=[-1], node_slots=[[0.5, 1.7]], query_nodes=[0]), "node_slots must hold integers"),
+        (dict(parents=[-1, 0], node_slots=[(0, 1), [2.0]], query_nodes=[1]), "node_slots must hold integers"),
     ],
 )
 def test_plan_rejects_bad_trees(kwargs: dict, message: str) -> None:

@@ -166,8 +166,8 @@ def _flatten_slots(node_slots: Sequence[IntArrayLike], n: int) -> tuple[np.ndarr
                 return lengths, flat.astype(np.int64, copy=False)
     if all(isinstance(s, (list, tuple, range)) for s in node_slots):
         lengths = np.fromiter(map(len, node_slots), dtype=np.int64, count=n)
-        flat = np.fromiter(itertools.chain.from_iterable(node_slots), dtype=np.int64, count=int(lengths.sum()))
-        return lengths, flat
+        # Not np.fromiter(dtype=int64): it truncates a float slot id to an integer without a word.
+        return lengths, _int_array(list(itertools.chain.from_iterable(node_slots)), "node_slots")
     parts = [_int_array(s, "node_slots") for s in node_slots]
     lengths = np.fromiter(map(len, parts), dtype=np.int64, count=n)
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
