@@ -110,6 +110,22 @@ def test_deterministic_and_reuses_workspaces() -> None:
     assert all(plan.backend_data[key] is cached[key] for key in cached)
 
 
+@pytest.mark.parametrize("h_q,h_kv", [(4, 2), (16, 8)])
+def test_softmax_scale_and_queries_that_see_none_of_their_own_node(h_q: int, h_kv: int) -> None:
+    # A GQA group of two (Qwen3-0.6B's 16 query heads over 8 KV heads), a softmax scale other
+    # than 1/sqrt(D), node lengths at chunk and tile boundaries, and queries that see none of
+    # their own node's keys (only their ancestors'), next to queries that see part or all of it.
+    parents, lengths = [-1, 0, 1, 1], [64, 32, 16, 1]
+    qn, qv = [1, 2, 2, 3, 3, 0], [0, 0, 16, 0, 1, 64]
+    q, k, v, plan = build(parents, lengths, qn, qv, h_q=h_q, h_kv=h_kv, page_size=16, **CPU)
+    for out in (
+        tree_attention(q, k, v, plan, sm_scale=0.3),
+        deft_tree_attention(q, k, v, plan, sm_scale=0.3, config=SMALL_CHUNKS),
+        per_sequence_attention(q, k, v, plan, sm_scale=0.3, config=SMALL_CHUNKS),
+    ):
+        assert_close_to_reference(out, q, k, v, plan, sm_scale=0.3)
+
+
 def test_rejects_float32_and_mixed_dtypes() -> None:
     q, k, v, plan = build([-1], [5], [0], None, h_q=2, h_kv=2, page_size=4, **CPU)
     with pytest.raises(ValueError, match="float16 or all bfloat16"):

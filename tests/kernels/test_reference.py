@@ -16,12 +16,12 @@ def _cache(num_pages: int, page_size: int, h_kv: int, d: int, seed: int = 0):
     return k, v
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """q [H_q, D] against k, v [L, H_kv, D]."""
     group = q.shape[0] // k.shape[1]
     k = k.repeat_interleave(group, dim=1).transpose(0, 1)  # [H_q, L, D]
     v = v.repeat_interleave(group, dim=1).transpose(0, 1)
-    return F.scaled_dot_product_attention(q[:, None], k, v)[:, 0]
+    return F.scaled_dot_product_attention(q[:, None], k, v, scale=scale)[:, 0]
 
 
 @pytest.mark.parametrize("h_q,h_kv", [(4, 4), (8, 2), (6, 1)])
@@ -33,11 +33,12 @@ def test_star_tree_equals_each_path_alone(h_q: int, h_kv: int) -> None:
     parents = [-1, 0, 0, 0]
     plan = plan_tree_attention(parents, [prefix, *leaves], [1, 2, 3, 0], page_size=page_size, device="cpu")
     q = torch.randn(4, h_q, d)
-    out = tree_attention(q, k_cache, v_cache, plan, backend="reference")
     flat_k, flat_v = k_cache.reshape(-1, h_kv, d), v_cache.reshape(-1, h_kv, d)
-    for row, path in enumerate([prefix + leaves[0], prefix + leaves[1], prefix + leaves[2], prefix]):
-        want = _sdpa(q[row], flat_k[path], flat_v[path])
-        torch.testing.assert_close(out[row], want, atol=1e-5, rtol=1e-5)
+    for scale in (None, 0.3):
+        out = tree_attention(q, k_cache, v_cache, plan, sm_scale=scale, backend="reference")
+        for row, path in enumerate([prefix + leaves[0], prefix + leaves[1], prefix + leaves[2], prefix]):
+            want = _sdpa(q[row], flat_k[path], flat_v[path], scale)
+            torch.testing.assert_close(out[row], want, atol=1e-5, rtol=1e-5)
 
 
 def test_query_visible_gives_causal_prefill() -> None:

@@ -68,28 +68,33 @@ def build(
     return q, k, v, plan
 
 
-def low_precision_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TreePlan) -> torch.Tensor:
+def low_precision_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TreePlan, sm_scale: float | None = None
+) -> torch.Tensor:
     """The same sums done by PyTorch in q's dtype: the error yardstick for the kernels."""
     num_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     ids, valid = plan.padded_query_slots
     k = k_cache.reshape(-1, h_kv, d)[ids].repeat_interleave(h_q // h_kv, dim=2)  # [Q, L, H_q, D]
     v = v_cache.reshape(-1, h_kv, d)[ids].repeat_interleave(h_q // h_kv, dim=2)
-    scores = torch.einsum("qhd,qlhd->qhl", q, k) * (1.0 / d**0.5)
+    scores = torch.einsum("qhd,qlhd->qhl", q, k) * (1.0 / d**0.5 if sm_scale is None else sm_scale)
     scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.einsum("qhl,qlhd->qhd", probs, v)
 
 
-def assert_close_to_reference(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan) -> None:
-    """Error against the fp32 reference at most twice PyTorch's own low-precision error.
+def assert_close_to_reference(
+    out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, sm_scale: float | None = None
+) -> None:
+    """Error against the fp32 reference at most twice PyTorch's own low-precision error (both
+    with softmax scale ``sm_scale``, default 1/sqrt(D)).
 
     PyTorch's error is floored at one unit in the last place at the output's scale: over a
     handful of outputs it can round luckily and come out near zero.
     """
     assert out.shape == q.shape and out.dtype == q.dtype
-    ref = tree_attention(q, k, v, plan, backend="reference").float()
-    low = low_precision_attention(q, k, v, plan).float()
+    ref = tree_attention(q, k, v, plan, sm_scale=sm_scale, backend="reference").float()
+    low = low_precision_attention(q, k, v, plan, sm_scale).float()
     err = (out.float() - ref).abs().max().item()
     ulp = torch.finfo(q.dtype).eps * ref.abs().max().item()
     yardstick = max((low - ref).abs().max().item(), ulp)
