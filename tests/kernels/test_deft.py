@@ -145,6 +145,7 @@ def test_launchers_reject_tensors_that_do_not_fit_the_plan(attention) -> None:
         ((q, k[..., :32].contiguous(), v[..., :32].contiguous()), "equal head dims"),
         ((q, k, v[:, :, :1].contiguous()), "expected q"),
         ((q, k.reshape(-1, 4, 2, 64), v.reshape(-1, 4, 2, 64)), "page size 4 differs"),
+        ((q, k[:, :, :0], v[:, :, :0]), "multiple of KV heads 0"),
     ):
         with pytest.raises(ValueError, match=message):
             attention(*args, plan)

@@ -68,6 +68,9 @@ def test_query_visible_gives_causal_prefill() -> None:
         # Slot ids in lists are checked as arrays are: a float is refused, not truncated to a slot.
         (dict(parents=[-1], node_slots=[[0.5, 1.7]], query_nodes=[0]), "node_slots must hold integers"),
         (dict(parents=[-1, 0], node_slots=[(0, 1), [2.0]], query_nodes=[1]), "node_slots must hold integers"),
+        # An array of another rank is refused by name, not flattened into other nodes or queries.
+        (dict(parents=[[-1, 0]], node_slots=[[0], [1]], query_nodes=[1]), r"parents must be one-dimensional"),
+        (dict(parents=[-1, 0], node_slots=[[0], [1]], query_nodes=[[0, 1]]), r"query_nodes must be one-dimensional"),
     ],
 )
 def test_plan_rejects_bad_trees(kwargs: dict, message: str) -> None:

@@ -66,7 +66,7 @@ class TreePlan:
             raise ValueError(f"q has {q.shape[0]} rows but the plan has {self.num_queries} queries")
         if k_cache.shape[1] != self.page_size:
             raise ValueError(f"cache page size {k_cache.shape[1]} differs from the plan's {self.page_size}")
-        if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
+        if k_cache.shape[2] == 0 or q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
             raise ValueError(
                 f"q heads {q.shape[1]} must be a multiple of KV heads {k_cache.shape[2]} with equal head dims "
                 f"({q.shape[2]} vs {k_cache.shape[3]})"
@@ -142,6 +142,8 @@ def _int_array(x: IntArrayLike, name: str) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     arr = np.asarray(x)
+    if arr.ndim > 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False).reshape(-1)
