@@ -105,28 +105,35 @@ def _ancestors(parents: list[int], node: int) -> set[int]:
     return out
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=30), st.integers(0, 2**16), st.booleans())
-def test_path_slots_of_chosen_nodes_match_a_walk(draws: list[int], seed: int, leaves_only: bool) -> None:
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=30), st.integers(0, 2**16),
+       st.sampled_from(["some", "leaves", "all"]))
+def test_path_slots_of_chosen_nodes_match_a_walk(draws: list[int], seed: int, choice: str) -> None:
     # Each query's slots of the chosen nodes on its path, root first, its own node cut at what it
-    # sees; chosen nodes that are all leaves take a shorter way, checked here too.
+    # sees; chosen nodes that are all leaves take a shorter way, and all nodes (None) are what the
+    # reference attends to: each checked against a walk up the parents. Forests, empty nodes and
+    # queries that see none of their own node are among the cases.
     rng = np.random.default_rng(seed)
-    parents = [-1] + [int(x % (i + 1)) for i, x in enumerate(draws[1:])]
-    lengths = rng.integers(1, 5, len(parents))
+    parents = [-1] + [int(x % (i + 2)) - 1 for i, x in enumerate(draws[1:])]
+    lengths = rng.integers(0, 5, len(parents))
+    lengths[[i for i, p in enumerate(parents) if p < 0]] += 1  # a root holds a token: every path sees one
     slots = np.split(rng.permutation(int(lengths.sum())), np.cumsum(lengths)[:-1])
     queries = rng.integers(0, len(parents), int(rng.integers(1, 8)))
-    visible = rng.integers(1, lengths[queries] + 1)
+    visible = np.array([rng.integers(1 if parents[q] < 0 else 0, lengths[q] + 1) for q in queries])
     has_child = np.zeros(len(parents), dtype=bool)
     has_child[[p for p in parents if p >= 0]] = True
-    chosen = rng.random(len(parents)) < 0.5
-    if leaves_only:
-        chosen &= ~has_child
+    chosen = {"some": rng.random(len(parents)) < 0.5, "leaves": (rng.random(len(parents)) < 0.5) & ~has_child,
+              "all": None}[choice]
     plan = plan_tree_attention(np.array(parents), slots, queries, visible, page_size=4, device="cpu")
     offsets, flat = plan.path_slots(chosen)
+    ids, valid = plan.padded_query_slots
     for q, (node, seen) in enumerate(zip(queries, visible)):
         path = sorted(_ancestors(parents, int(node)), key=lambda a: len(_ancestors(parents, a)))
-        want = [s for a in path if chosen[a] for s in (slots[a][:seen] if a == node else slots[a])]
-        assert flat[offsets[q] : offsets[q + 1]].tolist() == [int(s) for s in want]
+        want = [int(s) for a in path if chosen is None or chosen[a]
+                for s in (slots[a][:seen] if a == node else slots[a])]
+        assert flat[offsets[q] : offsets[q + 1]].tolist() == want
+        if chosen is None:
+            assert plan.visible_slots(q).tolist() == want and ids[q][valid[q]].tolist() == want
 
 
 def test_concat_ranges() -> None:
