@@ -98,12 +98,14 @@ class RunOutcome:
             return EXIT_CODES.get(self.signal, 128 + int(self.signal))
         return EXIT_FAILED if self.failures else EXIT_OK
 
-    def message(self) -> str | None:
-        """One line for the user when the run did not end cleanly, else None."""
+    def message(self, resume: str = "--resume") -> str | None:
+        """One line for the user when the run did not end cleanly, else None. ``resume`` continues
+        a stopped run when followed by its file: the option, or a whole command line where the
+        command that ran takes no ``--resume`` (the demo)."""
         finished = self.run.totals.get("finished", 0)
         if self.signal is not None:
             name = signal.Signals(self.signal).name
-            where = f"saved to {self.path}; continue with --resume {self.path}" if self.path else "nothing saved"
+            where = f"saved to {self.path}; continue with {resume} {self.path}" if self.path else "nothing saved"
             return f"stopped by {name} after {finished} of {self.planned} problems; {where}"
         if self.failures:
             pid, error = self.failures[0]
@@ -291,9 +293,10 @@ def _bar(total: int, options: RunOptions, console: Any) -> Any:
     return progress(total, options.label, console=console)
 
 
-def finish(outcome: RunOutcome, command: str) -> int:
-    """Print the outcome's one-line message (if any) on stderr and return the exit status."""
-    message = outcome.message()
+def finish(outcome: RunOutcome, command: str, resume: str = "--resume") -> int:
+    """Print the outcome's one-line message (if any) on stderr and return the exit status;
+    ``resume`` as in :meth:`RunOutcome.message`."""
+    message = outcome.message(resume)
     if message is not None:
         print(f"thoughttree {command}: {message}", file=sys.stderr)
     return outcome.exit_code

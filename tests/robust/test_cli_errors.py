@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -71,6 +72,19 @@ def test_an_interrupt_outside_a_run_is_one_line_and_status_130(capsys, monkeypat
     assert main(["game24", "--end", "901"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "thoughttree game24: interrupted"
+
+
+def test_a_stopped_demo_names_the_game24_command_that_resumes_it(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("thoughttree.commands.game24_run.search", interrupted)
+    assert main(["demo", "--puzzles", "1", "--device", "cpu"]) == 130
+    [saved] = tmp_path.glob("thoughttree-run-*.json")
+    again = capsys.readouterr().err.strip().split("; continue with ")[1]
+    assert again == f"thoughttree game24 --start 900 --end 901 --device cpu --resume {saved.name}"
+    assert main(shlex.split(again)[1:]) == 130  # the file is taken as this run's (another run's is status 2)
 
 
 def test_given_puzzles_need_no_range(tmp_path):

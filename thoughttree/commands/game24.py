@@ -189,7 +189,17 @@ def run_demo(args: argparse.Namespace) -> int:
 
     outcome = run_game24(lm, run, on_record=report)
     console.print(summary_table(outcome.run))
-    return finish(outcome, "demo")
+    return finish(outcome, "demo", resume=demo_resume(args, run))
+
+
+def demo_resume(args: argparse.Namespace, run: Game24Run) -> str:
+    """The game24 command line that continues a stopped demo from its run file (the demo takes no --resume)."""
+    words = ["thoughttree game24", f"--start {run.start} --end {run.end}"]
+    if args.device is not None:
+        words.append(f"--device {args.device}")
+    if args.attention != "auto":
+        words.append(f"--attention {args.attention}")
+    return " ".join([*words, "--resume"])
 
 
 def answer_line(result: dict[str, Any]) -> str:
