@@ -22,7 +22,6 @@ import math
 import platform
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +84,15 @@ def main() -> None:
     print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
     print()
     wanted = set(args.methods.split(",")) if args.methods else None
-    base = Game24Run(start=args.start, end=args.end, seed=args.seed)
+
+    def row(**opts: Any) -> Game24Run:  # as `thoughttree game24` builds it: defaults follow the row's method
+        return Game24Run(start=args.start, end=args.end, seed=args.seed, **opts)
+
     done: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
     for name, opts in ROWS:
         if wanted is not None and opts["method"] not in wanted | {"io", "cot"}:
             continue
-        result = run_game24(lm, replace(base, **opts)).run
+        result = run_game24(lm, row(**opts)).run
         result.save(args.out / f"game24-{'-'.join(str(v) for v in opts.values())}.json")
         done.append((name, opts, result.totals, result.problems))
         print(f"{name}: {result.totals['success_rate']:.0%}", file=sys.stderr, flush=True)
@@ -99,7 +101,7 @@ def main() -> None:
     for method in ("io", "cot"):
         k = math.ceil(1.1 * need / tokens_per_sample(pools[method])) if need else 0
         if k > pool_size(pools[method]):
-            pool = run_game24(lm, replace(base, method=method, k=k)).run
+            pool = run_game24(lm, row(method=method, k=k)).run
             pool.save(args.out / f"game24-{method}-pool-{k}.json")
             pools[method] = pool.problems
     print("| method | `thoughttree game24` options | success | mean sample accuracy | generated tokens / puzzle "
@@ -109,7 +111,7 @@ def main() -> None:
         n = m["puzzles"]
         shown = dict(opts)
         if opts["method"] in SEARCHES:  # the defaults a search row depends on, spelled out
-            run = replace(base, **opts)
+            run = row(**opts)
             shown.update(samples=run.samples, value=run.value)
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items())
         avg = f"{m['average_sample_accuracy']:.1%}" if "average_sample_accuracy" in m else "–"
