@@ -37,6 +37,8 @@ def one_error_line(capsys, *argv: str) -> str:
         (["game24", "--method", "io", "--breadth", "3", "--end", "901"],
          "--breadth does not apply to --method io (it is for bfs); leave it out"),
         (["game24", "--method", "bfs", "--rule", "puct", "--end", "901"], "--rule does not apply to --method bfs"),
+        (["game24", "--value", "probs", "--evaluations", "5", "--end", "901"],
+         "--evaluations does not apply to --value probs"),
     ],
 )
 def test_bad_command_lines(capsys, monkeypatch, argv, message):

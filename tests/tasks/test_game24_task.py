@@ -75,6 +75,7 @@ def test_direct_answers() -> None:
         (dict(value="magic"), "--value"),
         (dict(prompts="few_shot", value="lookahead"), "'samples' for few-shot"),
         (dict(evaluations=0), "--evaluations"),
+        (dict(value="probs", evaluations=7), "--evaluations does not apply to --value probs"),
     ],
 )
 def test_run_settings_are_checked(kwargs: dict, message: str) -> None:

@@ -59,7 +59,8 @@ def add_game24(sub: Subparsers) -> None:
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
         ("samples", None, "propose completions per expanded state (compact: 30 for bfs, 10 otherwise; 1 few-shot)"),
-        ("evaluations", None, "value samples per state: sampled verdicts (3) or look-ahead proposals (20)"),
+        ("evaluations", None, "value samples per state: sampled verdicts (3) or look-ahead proposals (20); "
+                              "none with --value probs"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
         ("width", 5, "beam width"),
         ("iterations", 32, "MCTS iterations"),

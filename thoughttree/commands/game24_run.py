@@ -59,6 +59,9 @@ class Game24Run:
             object.__setattr__(self, "samples", (30 if self.method == "bfs" else 10) if compact else 1)
         if self.value is None:
             object.__setattr__(self, "value", "lookahead" if compact else "samples")
+        if self.value == "probs" and self.evaluations is not None:
+            raise ValueError("--evaluations does not apply to --value probs (one forward per state, nothing "
+                             "sampled); leave it out, or use --value lookahead")
         if self.evaluations is None:
             object.__setattr__(self, "evaluations", 20 if self.value == "lookahead" else 3)
         if self.method not in METHODS:
