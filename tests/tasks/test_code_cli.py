@@ -26,13 +26,16 @@ def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("method, end", [("bon", 2), ("beam", 1), ("mcts", 1)])
-def test_apps_runs_a_search_and_writes_a_run_file(model_dir, tmp_path, capsys, method, end):
+@pytest.mark.parametrize("method, end, options", [
+    ("bon", 2, []),
+    ("beam", 1, ["--width", "2", "--max-lines", "2"]),
+    ("mcts", 1, ["--iterations", "2", "--max-lines", "2"]),
+])
+def test_apps_runs_a_search_and_writes_a_run_file(model_dir, tmp_path, capsys, method, end, options):
     out = tmp_path / "run.json"
     code, text, err = run_cli(capsys, "apps", "--model", model_dir, "--data", "bundled", "--difficulty", "all",
-                              "--method", method, "--start", "0", "--end", end, "--samples", "2", "--width", "2",
-                              "--iterations", "2", "--max-tokens", "6", "--max-lines", "2", "--seed", "1",
-                              "--output", out)
+                              "--method", method, "--start", "0", "--end", end, "--samples", "2", *options,
+                              "--max-tokens", "6", "--seed", "1", "--output", out)
     assert code == 0, err
     assert "APPS train split (bundled sample)" in text and "strict_accuracy" in text
     run = load_run(out)
@@ -70,6 +73,10 @@ def test_humaneval_io_reports_pass_at_k(model_dir, tmp_path, capsys):
     (["apps", "--start", "5", "--end", "3"], "empty"),
     (["apps", "--difficulty", "introductory", "--start", "0", "--end", "2"], "no introductory problems"),
     (["humaneval", "--end", "200"], "end <= 164"),
+    (["apps", "--method", "io", "--width", "3"], "--width does not apply to --method io (it is for beam)"),
+    (["apps", "--method", "beam", "--iterations", "3"], "--iterations does not apply to --method beam"),
+    (["humaneval", "--method", "bon", "--max-lines", "3"], "--max-lines does not apply to --method bon"),
+    (["humaneval", "--method", "bon", "--samples", "4", "--k", "8"], "--samples 4 and --k 8 disagree"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     code, _, err = run_cli(capsys, *argv, "--model", tmp_path / "no-model")

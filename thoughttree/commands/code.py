@@ -49,19 +49,28 @@ def _add_search(p: argparse.ArgumentParser) -> None:
                    help="continue a stopped run from its run file (written to --output, default the same file)")
     p.add_argument("--samples", type=at_least(1),
                    help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else {DEFAULT_SAMPLES})")
-    p.add_argument("--width", type=at_least(1), default=4, help="beam width (default 4)")
-    p.add_argument("--iterations", type=at_least(1), default=32, help="MCTS iterations (default 32)")
+    p.add_argument("--width", type=at_least(1), help="beam width (default 4)")
+    p.add_argument("--iterations", type=at_least(1), help="MCTS iterations (default 32)")
     p.add_argument("--max-tokens", type=at_least(1), default=512, help="tokens per program (default 512)")
-    p.add_argument("--max-lines", type=at_least(1), default=48, help="beam, mcts: lines per program (default 48)")
+    p.add_argument("--max-lines", type=at_least(1), help="beam, mcts: lines per program (default 48)")
     p.add_argument("--show", action="store_true", help="draw each searched tree")
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
 
 
+APPLIES = {"width": ("beam",), "iterations": ("mcts",), "max_lines": ("beam", "mcts")}
+
+
 def _method(args: argparse.Namespace, samples: int | None = None) -> CodeSearch:
+    given = {name: getattr(args, name) for name in APPLIES if getattr(args, name) is not None}
+    for name in given:
+        if args.method not in APPLIES[name]:
+            raise CliError(f"--{name.replace('_', '-')} does not apply to --method {args.method} (it is for "
+                           f"{', '.join(APPLIES[name])}); leave it out")
+    if samples is not None and args.samples is not None and samples != args.samples:
+        raise CliError(f"--samples {args.samples} and --k {samples} disagree (--k sets the samples); give one of them")
     samples = samples or args.samples or (1 if args.method == "io" else DEFAULT_SAMPLES)
     try:
-        return CodeSearch(method=args.method, samples=samples, width=args.width,
-                          iterations=args.iterations, max_tokens=args.max_tokens, max_lines=args.max_lines)
+        return CodeSearch(method=args.method, samples=samples, max_tokens=args.max_tokens, **given)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
 
