@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-demo: setup
+# The demo runs no generated programs, so it needs no sandbox tools.
+demo: $(STAMP)
 	$(VENV)/bin/thoughttree demo
 
 # Test files spread over the machine's cores (at most 4), each file on one worker so its
