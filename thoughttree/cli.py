@@ -5,7 +5,8 @@ registers its parser and sets ``run=`` to ``run_<name>(args) -> int``. A new sub
 more pair and one more entry in ``COMMANDS``. A run function reports a user's mistake by raising
 ``CliError`` (or ``RunError``, ``RunFileError``); ``main`` prints it as one line on stderr and exits with status 2.
 A tensor-parallel peer that dies or stops answering (``RankFailure``) is reported the same way,
-with status 1.
+with status 1. Output piped into a reader that stops early (``| head``) ends the command quietly
+with status 1, as rich does for what it prints and as Python's documentation on SIGPIPE advises.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .commands.common import Subparsers
 
 RANK_FAILED = 1
+PIPE_CLOSED = 1
 
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_demo, add_game24, add_apps, add_humaneval, add_check_program, add_bench, add_show, add_stats, add_export,
@@ -48,7 +50,9 @@ def build_parser(commands: Sequence[Callable[[Subparsers], None]] = COMMANDS) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0, or 2 for a usage or input error)."""
+    """Run the command line; returns the exit status: 0 when everything worked, 1 when a search
+    or a peer failed or the output's reader went away, 2 for a usage or input error, 130 or 143
+    when SIGINT or SIGTERM stopped it."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -66,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # outside a run (which saves and reports itself): loading, say
         print(f"thoughttree {args.command}: interrupted", file=sys.stderr)
         return EXIT_CODES[signal.SIGINT]
+    except BrokenPipeError:
+        # The reader of stdout is gone: what is left to print goes nowhere, including the flush
+        # at exit, which would otherwise print a traceback of its own.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
 
 
 def _exit_if_distributed(status: int) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -195,3 +196,25 @@ def test_export_dot_marks_the_run_files_best_path_and_json_refuses_nan_in_one_li
     assert re.search(rf'n0 -> n{reported.id} \[penwidth="3"\]', out)
     assert re.search(rf'n0 -> n{higher.id} \[penwidth="1"\]', out)
     assert "JSON cannot write" in error_line(capsys, "export", tmp_path / "run.json", "--format", "json")
+
+
+def test_output_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    # Through rich (show) and through plain print (as check-program --json prints), the second
+    # by a show whose drawing is replaced with prints.
+    wide = ThoughtTree(prompt=[7, 8])
+    for i in range(3000):  # far more than a pipe holds, so the command is still writing when the reader goes
+        wide.add_child(wide.root, [9], f"thought {i}")
+    path = tmp_path / "run.json"
+    RunFile(meta={"task": "game24"}, problems=[{"problem": "1 2 3 4", "tree": tree_to_dict(wide), "result": {}}]).save(path)
+    printing = ("import sys; from thoughttree import cli; from thoughttree.commands import runs\n"
+                "runs.run_show = lambda args: [print('x' * 100) for _ in range(5000)] and 0\n"
+                "sys.exit(cli.main(['show', sys.argv[1]]))")
+    for argv in ([sys.executable, "-m", "thoughttree", "show", str(path)], [sys.executable, "-c", printing, str(path)]):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "100"})
+        assert proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and err == b"", err.decode()
