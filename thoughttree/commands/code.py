@@ -139,7 +139,8 @@ def add_apps(sub: Subparsers) -> None:
     _add_search(p)
     p.add_argument("--data", default="bundled",
                    help="'bundled' (87 APPS train-split problems), an APPS .jsonl file or a split folder")
-    p.add_argument("--difficulty", choices=(*apps.DIFFICULTIES, "all"), default="all")
+    p.add_argument("--difficulty", choices=(*apps.DIFFICULTIES, "all"), default="all",
+                   help="only the problems of this difficulty (default all)")
     p.add_argument("--start", type=at_least(0), default=0, help="first problem position in the data (default 0)")
     p.add_argument("--end", type=at_least(1), help="one past the last position (default: the end of the data)")
     p.set_defaults(run=run_apps)
