@@ -75,6 +75,10 @@ def test_split_public_takes_the_statement_examples_and_keeps_one_hidden():
     calls = [([[1, 2]], 3), (["ab"], "ba"), ([7], 7)]
     public, _ = split_public(calls, "solve([1, 2]) returns 3; solve('ab') gives 'ba'", fn_name="solve")
     assert public == (calls[0], calls[1])
+    numbers = [([1], 1), ([-3], 9), ([2.5], 6.25), ([10], 100)]  # arguments inside longer numbers are not shown
+    public, _ = split_public(numbers, "square(10) gives 100, square(-2.5) gives 6.25 and square(-3) gives 9",
+                             fn_name="square")
+    assert public == (numbers[1], numbers[3])
     with pytest.raises(ValueError, match="at least 2 tests"):
         split_public(tests[:1], "", fn_name=None)
 

@@ -38,6 +38,11 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+# An argument's repr found on its own: no word character, digit, point or minus sign just before,
+# no word character or point just after.
+_BOUNDED = r"(?<![\w.\-]){}(?![\w.])"
+
+
 def _lines(text: str) -> str:
     """Non-empty lines, each whitespace-normalised, framed by newlines (for whole-line matching)."""
     return "\n" + "\n".join(_squash(line) for line in text.splitlines() if line.strip()) + "\n"
@@ -52,7 +57,7 @@ def split_public(
     contain them; a search may use those, as a programmer would. A test counts as shown when its
     whitespace-normalised standard input (or, call-based, every argument's ``repr``) occurs in the
     whitespace-normalised statement (standard input as whole lines: "QA" does not match a line
-    "QAQ"). At most ``max_public`` are taken, and at least one test
+    "QAQ"; an argument not inside a longer word or number: ``1`` is not found in "10" or "-1"). At most ``max_public`` are taken, and at least one test
     always stays hidden; when no test is found in the statement, the first test is public.
     """
     if len(tests) < 2:
@@ -65,7 +70,7 @@ def split_public(
             needle = _lines(str(test[0]))
             return needle != "\n" and needle in lines
         args = test[0] if isinstance(test[0], list) else [test[0]]
-        return bool(args) and all(_squash(repr(a)) in text for a in args)
+        return bool(args) and all(re.search(_BOUNDED.format(re.escape(_squash(repr(a)))), text) for a in args)
 
     chosen = [i for i, t in enumerate(tests) if shown(t)][: min(max_public, len(tests) - 1)] or [0]
     public = tuple(tests[i] for i in chosen)
