@@ -117,6 +117,25 @@ def test_a_device_dtype_or_attention_that_cannot_run_is_refused_before_loading(t
         LM.from_pretrained(tiny_model_dir, **kwargs)
 
 
+def test_a_dtype_from_config_or_one_the_gpu_lacks_is_refused_by_name(tiny_model_dir, monkeypatch) -> None:
+    from thoughttree.runtime.lm import resolve_dtype
+    from thoughttree.runtime.model_config import ModelConfig
+
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    cfg = ModelConfig.from_dict({**config, "dtype": "float64"})
+    gpu = torch.device("cuda")
+    with pytest.raises(ValueError, match=r"unsupported dtype in config.json 'float64'; pass dtype= \(--dtype\)"):
+        resolve_dtype(None, cfg, gpu)
+    assert resolve_dtype(None, cfg, torch.device("cpu")) is torch.float32
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    for dtype in (torch.bfloat16, "bfloat16"):
+        with pytest.raises(ValueError, match="bfloat16 needs a GPU of compute capability 8.0 or newer; cuda has 7.5"):
+            resolve_dtype(dtype, cfg, gpu)
+    assert resolve_dtype("float16", cfg, gpu) is torch.float16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert resolve_dtype(None, ModelConfig.from_dict({**config, "dtype": None}), gpu) is torch.bfloat16
+
+
 def test_tree_logits_takes_lists_of_whole_token_ids(tiny_model_dir) -> None:
     lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=64))
     for bad, message in (([1, 5, 6], "pass a list of token-id lists"), ([[1, 5.5]], "whole numbers"),

@@ -25,18 +25,31 @@ CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full cont
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def _resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype of the weights and KV: ``dtype`` when given, else float32 on the CPU and the
+    checkpoint's own (config.json's ``dtype``, bfloat16 when it has none) on a GPU; ValueError for
+    a dtype this runtime or this GPU cannot run (bfloat16 needs compute capability 8.0)."""
+    given = dtype is not None
     if isinstance(dtype, torch.dtype):
         if dtype not in _DTYPES.values():
             raise ValueError(f"unsupported dtype {dtype}; use one of {', '.join(_DTYPES)}")
-        return dtype
-    if dtype is None:
-        if device.type == "cpu":
-            return torch.float32
-        dtype = cfg.torch_dtype or "bfloat16"
-    if dtype not in _DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
+        resolved = dtype
+    else:
+        if dtype is None:
+            if device.type == "cpu":
+                return torch.float32
+            dtype = cfg.torch_dtype or "bfloat16"
+        if dtype not in _DTYPES:
+            source = "dtype" if given else "dtype in config.json"
+            raise ValueError(f"unsupported {source} {dtype!r}; " + (f"use one of {', '.join(_DTYPES)}" if given else
+                             f"pass dtype= (--dtype) with one of {', '.join(_DTYPES)}"))
+        resolved = _DTYPES[dtype]
+    if resolved is torch.bfloat16 and device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if capability < (8, 0):
+            raise ValueError(f"bfloat16 needs a GPU of compute capability 8.0 or newer; {device} has "
+                             f"{capability[0]}.{capability[1]}: load the model in float16 (dtype=, --dtype)")
+    return resolved
 
 
 def resolve_device(device: torch.device | str | None) -> torch.device:
@@ -156,7 +169,7 @@ class LM:
 
         cfg = ModelConfig.from_dir(path)
         dev = resolve_device(device)
-        dt = _resolve_dtype(dtype, cfg, dev)
+        dt = resolve_dtype(dtype, cfg, dev)
         runtime = runtime or RuntimeConfig()
         check_attention(runtime.attention, dev, dt)
         tp = None
