@@ -99,3 +99,22 @@ def test_weights_larger_than_the_free_gpu_memory_fail_before_any_copy(tmp_path, 
     with pytest.raises(ModelLoadError, match=r"weights take 0\.0 GiB in bfloat16 but cuda(:0)? has 0\.0 GiB free.*tensor_parallel"):
         LM.from_pretrained(path, device="cuda", dtype="bfloat16")
     assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_model_on_a_gpu_that_is_not_the_current_one_runs_there(tmp_path) -> None:
+    """Triton launches and graph captures follow the current device: the model's steps make its GPU current."""
+    path = make_model(tmp_path, "llama", hidden_size=256, num_attention_heads=4, num_key_value_heads=1, head_dim=64)
+
+    def greedy(device: str) -> tuple[list[list[int]], int]:
+        lm = LM.from_pretrained(path, device=device, dtype="bfloat16", runtime=RuntimeConfig(page_size=16, num_pages=256))
+        tree = ThoughtTree(lm, prompt=[1] + list(range(3, 120)), seed=0)
+        kids = tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=12, temperature=0, ignore_eos=True))[0]
+        lm.check_integrity(tree)
+        return [k.tokens for k in kids], lm.stats.graph_replays
+
+    torch.cuda.set_device(0)
+    here, _ = greedy("cuda:0")
+    there, replays = greedy("cuda:1")
+    assert torch.cuda.current_device() == 0
+    assert there == here and replays > 0

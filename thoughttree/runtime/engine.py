@@ -13,8 +13,10 @@ graphs on the GPU.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, field
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Callable, ContextManager, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -119,6 +121,25 @@ def _kv_but_last(seg: Segment) -> bool:
     return seg.written >= len(seg.tokens) - 1 and all(s.written == len(s.tokens) for s in seg.path()[:-1])
 
 
+def on_device(device: torch.device) -> ContextManager[object]:
+    """``device`` made the current CUDA device for the block (nothing on the CPU): Triton launches
+    and CUDA-graph captures go to the current device, so a model on ``cuda:1`` while another GPU
+    is current must run its steps under this."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+_Step = TypeVar("_Step", bound=Callable)
+
+
+def _on_model_device(method: _Step) -> _Step:
+    @functools.wraps(method)
+    def run(self: Engine, *args: object, **kwargs: object) -> object:
+        with on_device(self.model.device):
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
 class Engine:
     """Runs the model over the KV tree (one plan per step, reused by every layer)."""
 
@@ -158,6 +179,7 @@ class Engine:
         """Decode steps on fixed buffers: the Triton kernels and the fused layer pieces."""
         return self.attention in ("deft", "per_sequence") and self.model.fused
 
+    @_on_model_device
     def forward(self, targets: Sequence[tuple[Segment, int]], extra: Sequence[Segment] = ()) -> torch.Tensor:
         """Logits [len(targets), vocab] (float32) at (segment, offset) positions.
 
@@ -270,6 +292,7 @@ class Engine:
         )
         return self.arena
 
+    @_on_model_device
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
         """Sample a continuation for every request, all in one forward per step.
 

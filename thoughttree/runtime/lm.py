@@ -14,7 +14,7 @@ from ..config import RuntimeConfig, Sampling
 from ..tree import Generation, Node, ThoughtTree
 from .checkpoint import load_transformer
 from .detokenize import Detokenizer
-from .engine import DecodeRequest, Decoded, Engine, EngineStats
+from .engine import DecodeRequest, Decoded, Engine, EngineStats, on_device
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
 from .model import Transformer
@@ -185,10 +185,11 @@ class LM:
             fix = (f"check {', '.join(have)} and config.json (transformers reads both)" if have
                    else "add tokenizer.json or the tokenizer files")
             raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); {fix}") from exc
-        model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
-        if tp is not None:
-            tp.attach(model)
-        return cls(model, tokenizer, runtime, str(path))
+        with on_device(dev):  # staging streams and the KV pool on the model's GPU, whichever is current
+            model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
+            if tp is not None:
+                tp.attach(model)
+            return cls(model, tokenizer, runtime, str(path))
 
     # -- text ------------------------------------------------------------------------------------
     @property
