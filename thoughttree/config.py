@@ -95,7 +95,9 @@ class RuntimeConfig:
     kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
     after a batch's first token replay CUDA graphs captured per bucket of row counts
     (``cuda_graphs=False`` runs the same steps eagerly); batches of more than
-    ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory.
+    ``graph_max_rows`` rows run eagerly, which bounds the graphs' number and memory (a batch is
+    graphed in the row bucket that holds it, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256,
+    384, 512, 768, 1024 rows, so a limit between buckets acts as the bucket below it).
     ``collective_timeout_s`` bounds how long a tensor-parallel rank waits for the others (forming
     the group, and in each collective) before it stops with an error. On CUDA, forwards of up
     to ``few_row_projections`` rows (a decode step's) run each projection through a Triton kernel

@@ -283,6 +283,18 @@ def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
     assert got == want
 
 
+def test_stats_describe_the_buffers_held_after_a_forward_replaces_them(model_dir) -> None:
+    lm = _lm(model_dir, fast=True)
+    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=3, ignore_eos=True))
+    first = lm.engine.arena
+    assert lm.stats.graph_bytes == first.buffer_bytes + first.graph_bytes
+    lm.tree_logits([[1] + list(range(3, 200)) + [i] for i in range(3, 40)])  # needs larger buffers
+    assert lm.engine.arena is not first
+    assert (lm.stats.graphs, lm.stats.graph_bytes) == (lm.engine.arena.num_graphs,
+                                                       lm.engine.arena.buffer_bytes + lm.engine.arena.graph_bytes)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:

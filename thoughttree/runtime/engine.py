@@ -290,6 +290,7 @@ class Engine:
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
             max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed,
         )
+        self.stats.note_graphs(self.arena)  # the old graphs are gone, whether or not the next step captures
         return self.arena
 
     @_on_model_device
