@@ -55,7 +55,7 @@ class Solver:
         except KeyboardInterrupt:  # what search() does: keep the tree, say why it stopped
             stopped = "interrupted"
         result: dict[str, Any] = {"answer": str(i * i), "stopped": stopped,
-                                  "statistics": {"generated_tokens": i, "prefill_tokens": 2}}
+                                  "statistics": {"generated_tokens": i, "prefill_tokens": 3}}
         if i in self.fail:
             result["error"] = f"model broke on {i}"
         return {"problem": i, "tree": tree_to_dict(tree), "result": result}
@@ -77,6 +77,14 @@ def test_a_clean_run_saves_after_every_problem_and_exits_0(tmp_path):
     assert [p["id"] for p in run.problems] == ["0", "1", "2", "3", "4"] and run.meta == META
     assert run.totals["finished"] == run.totals["problem_count"] == 5
     assert run.totals["solved"] == 3 and run.totals["generated_tokens"] == 10 and run.totals["errors"] == 0
+    assert run.totals["prefill_tokens"] == 15
+
+
+def test_an_empty_output_file_is_taken(tmp_path):
+    out = tmp_path / "run.json"
+    out.write_text("")  # as mktemp leaves it
+    outcome = run_problems(PROBLEMS, Solver(), META, RunOptions(output=out, progress=False))
+    assert outcome.exit_code == 0 and len(load_run(out).problems) == 5
 
 
 @pytest.mark.parametrize("case", ["directory", "missing", "readonly"])
@@ -166,7 +174,9 @@ def test_shares_of_the_problems_merge_into_the_whole_run(tmp_path):
         for rank in range(2)
     ]
     assert [p["id"] for p in parts[1].problems] == ["1", "3"] and parts[1].totals["problem_count"] == 2
+    parts[0].totals["wall_time"], parts[1].totals["wall_time"] = 3.0, 2.0
     merged = merge_runs(parts[::-1], PROBLEMS, totals)
+    assert merged.totals["wall_time"] == 3.0  # the shares ran side by side
     for run in (merged, whole):
         run.totals.pop("wall_time")
     assert merged.to_dict() == whole.to_dict()
@@ -190,3 +200,4 @@ def test_a_search_interrupted_behind_the_handlers_back_stops_the_run_too(tmp_pat
     solver = Stops()
     outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False))
     assert outcome.exit_code == 130 and solver.seen == [0, 1] and load_run(out).totals["finished"] == 1
+
