@@ -21,7 +21,7 @@ from thoughttree.runner import (
     run_problems,
 )
 from thoughttree.tree import ThoughtTree
-from thoughttree.tree.serialize import load_run, tree_to_dict
+from thoughttree.tree.serialize import RunFile, load_run, tree_to_dict
 
 PROBLEMS = [Problem(id=str(i), data=i) for i in range(5)]
 META = {"task": "squares", "seed": 3}
@@ -200,4 +200,17 @@ def test_a_search_interrupted_behind_the_handlers_back_stops_the_run_too(tmp_pat
     solver = Stops()
     outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False))
     assert outcome.exit_code == 130 and solver.seen == [0, 1] and load_run(out).totals["finished"] == 1
+
+
+def test_resume_keeps_the_time_and_failures_so_far_and_the_problem_order(tmp_path):
+    out = tmp_path / "run.json"
+    run = run_problems(PROBLEMS, Solver(fail=(1,)), META, RunOptions(progress=False), totals=totals).run
+    kept = [r for r in run.problems if r["id"] in ("0", "1", "3")]
+    RunFile(meta=META, problems=kept, totals={**run.totals, "wall_time": 100.0}).save(out)
+    again = Solver()
+    outcome = run_problems(PROBLEMS, again, META, RunOptions(resume=out, progress=False), totals=totals)
+    assert again.seen == [2, 4] and outcome.exit_code == 1 and "1 of 5 searches failed" in outcome.message()
+    saved = load_run(out)
+    assert [p["id"] for p in saved.problems] == ["0", "1", "2", "3", "4"]
+    assert saved.totals["wall_time"] >= 100.0 and saved.totals["errors"] == 1
 
