@@ -214,3 +214,34 @@ def test_resume_keeps_the_time_and_failures_so_far_and_the_problem_order(tmp_pat
     assert [p["id"] for p in saved.problems] == ["0", "1", "2", "3", "4"]
     assert saved.totals["wall_time"] >= 100.0 and saved.totals["errors"] == 1
 
+
+def test_a_signal_between_searches_stops_the_run_without_raising(tmp_path):
+    out = tmp_path / "run.json"
+    solver = Solver()
+    try:
+        outcome = run_problems(PROBLEMS, solver, META, RunOptions(output=out, progress=False),
+                               on_record=lambda record, run: os.kill(os.getpid(), signal.SIGINT))
+    except KeyboardInterrupt:
+        pytest.fail("a signal outside a search raised KeyboardInterrupt")
+    assert outcome.exit_code == 130 and solver.seen == [0] and load_run(out).totals["finished"] == 1
+
+
+def test_a_second_signal_while_a_search_keeps_its_tree_is_remembered_not_raised(tmp_path):
+    def solve(problem: Problem) -> Record:
+        tree = ThoughtTree(prompt=[1, 2])
+        stopped = "done"
+        try:
+            if problem.data == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            os.kill(os.getpid(), signal.SIGTERM)  # pressed again while the partial tree is kept
+            tree.add_child(tree.root, [5], "kept")
+        return {"problem": problem.data, "tree": tree_to_dict(tree), "result": {"stopped": stopped}}
+
+    out = tmp_path / "run.json"
+    outcome = run_problems(PROBLEMS, solve, META, RunOptions(output=out, progress=False))
+    assert outcome.exit_code == 130 and "stopped by SIGINT" in outcome.message()
+    saved = load_run(out)
+    assert [p["result"]["stopped"] for p in saved.problems] == ["done", "interrupted"]
+    assert len(saved.problems[1]["tree"]["nodes"]) == 2
