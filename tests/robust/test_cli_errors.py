@@ -66,6 +66,13 @@ def test_an_output_path_holding_another_file_is_refused_and_kept(tmp_path, capsy
     assert "--resume" in one_error_line(capsys, "game24", "--end", "901", "--resume", tmp_path)
 
 
+def test_a_damaged_resume_file_fails_before_loading_the_model(tmp_path, capsys):
+    cut = tmp_path / "run.json"
+    cut.write_text('{"format": "thoughttree.run", "meta": {}, "problems": [{"id": "9')  # ended by a crash
+    err = one_error_line(capsys, "game24", "--end", "901", "--resume", cut, "--model", tmp_path / "nothing-here")
+    assert "is not valid JSON" in err
+
+
 def test_an_interrupt_outside_a_run_is_one_line_and_status_130(capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
