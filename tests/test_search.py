@@ -16,6 +16,7 @@ from thoughttree.search import Budget, SearchError, search
 from thoughttree.search_result import SearchResult, Statistics
 from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, from_dict
 from thoughttree.tasks import Sample, TaskError, ValuePrompt
+from thoughttree.tree import Status, ThoughtTree
 from thoughttree.tree.serialize import RunFileError, tree_to_dict
 
 LABELS = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
@@ -90,7 +91,8 @@ def test_error_mid_search_keeps_the_tree_and_the_partial_result_saves(tmp_path):
     assert isinstance(err.__cause__, TaskError)
     assert len(err.tree) == 7 and err.partial_result.stopped == "error"
     err.partial_result.save(tmp_path / "partial.json")
-    assert len(SearchResult.load(tmp_path / "partial.json").tree) == 7
+    loaded = SearchResult.load(tmp_path / "partial.json")
+    assert len(loaded.tree) == 7 and loaded.stopped == "error"
 
 
 def test_bad_request_from_a_task_is_named():
@@ -250,6 +252,15 @@ def test_run_files_without_round_times_still_load():
         del r["expand_seconds"], r["evaluate_seconds"]
     stats = Statistics.from_dict(data)
     assert [r.expand_seconds for r in stats.per_round] == [0.0, 0.0]
+
+
+def test_a_result_is_solved_only_when_its_best_node_is_a_solution():
+    tree = ThoughtTree(prompt=[1])
+    solution, guess = tree.add_child(tree.root, [2], "=24"), tree.add_child(tree.root, [3], "=23")
+    solution.status, guess.status = Status.SOLVED, Status.TERMINAL
+    result = SearchResult("Q", tree, guess, (solution,), "23", "done", Statistics())
+    assert not result.solved and not result.to_entry()["result"]["solved"]
+    assert SearchResult("Q", tree, solution, (solution,), "24", "solved", Statistics()).solved
 
 
 def test_live_view_is_updated_every_round():
