@@ -149,6 +149,11 @@ def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys
     argv = ("export", run_file, "--problem", "0", "--format", "json", "--output", run_file.parent / "." / run_file.name)
     assert "is the run file being exported" in error_line(capsys, *argv)
     assert run_file.read_bytes() == before
+    other = tmp_path / "other.json"
+    other.write_bytes(before)
+    argv = ("export", run_file, "--problem", "0", "--format", "dot", "--output", other)
+    assert "is a thoughttree run file" in error_line(capsys, *argv)
+    assert other.read_bytes() == before
     assert main([]) == 2
     with pytest.raises(SystemExit) as exc:  # argparse's own usage errors keep its status 2
         main(["show", str(run_file), "--children", "0"])
