@@ -164,6 +164,21 @@ def test_keys_and_texts_that_xml_or_utf_8_cannot_hold_are_replaced(tmp_path):
     to_dot(tree).encode("utf-8")  # no lone surrogate left
 
 
+def test_each_graphml_attribute_has_one_type_however_callers_stored_it():
+    from thoughttree.tree.export import graphml_text
+
+    tree = ThoughtTree(prompt=[1, 2])
+    first = tree.add_child(tree.root, [3], "a", metadata={"label": "sure", "n": 1})
+    second = tree.add_child(tree.root, [4], "b", metadata={"label": 3, "n": 0.5})
+    first.value, second.value = 2, 0.5  # an int from one caller, a float from another
+    text = graphml_text(tree)
+    names = re.findall(r'attr\.name="([^"]+)"', text)
+    assert len(names) == len(set(names)), names  # tools that read GraphML want one key per name
+    graph = nx.parse_graphml(text, node_type=int)
+    assert graph.nodes[1]["value"] == 2.0 and graph.nodes[2]["metadata.n"] == 0.5
+    assert [json.loads(graph.nodes[i]["metadata.label"]) for i in (1, 2)] == ["sure", 3]
+
+
 def test_several_roots_are_drawn_in_order():
     import io
 
