@@ -1,17 +1,26 @@
-"""A data-parallel Game of 24 run over two Gloo ranks writes the single-process run file."""
+"""A data-parallel Game of 24 run over two Gloo ranks writes the single-process run file; rank 0's merge,
+parts and exit status with the other group stood in for."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 import torch
 from launch import ROOT, finish, rank_env, start
 from run_files import without_clock
 
 from thoughttree.cli import main
-from thoughttree.data_parallel import PART_KEY
+from thoughttree.data_parallel import PART_KEY, Layout, run_problem_set
+from thoughttree.runner import Problem, RunOptions, run_problems
+from thoughttree.tree import ThoughtTree
+from thoughttree.tree.serialize import RunFile, load_run, tree_to_dict
 
 GAME24 = ["game24", "--device", "cpu", "--start", "900", "--end", "903", "--breadth", "2", "--samples", "4",
           "--evaluations", "1"]
@@ -75,3 +84,53 @@ def test_a_launch_needs_an_output(capsys, monkeypatch) -> None:
         "L", (), {"groups": 2, "world": 2})())
     assert main([*GAME24, "--data-parallel"]) == 2
     assert "a launch over several ranks needs --output" in capsys.readouterr().err
+
+
+def squares(problem: Problem) -> dict[str, Any]:
+    tree = ThoughtTree(prompt=[1])
+    tree.add_child(tree.root, [2], str(problem.data))
+    return {"problem": problem.data, "tree": tree_to_dict(tree), "result": {"answer": str(problem.data ** 2)}}
+
+
+PROBLEMS = [Problem(str(i), i) for i in range(6)]
+META = {"task": "squares", "device": "cuda:1"}  # as rank 1 of a launch asked for "cuda" sees it
+
+
+def rank0_of_two_groups(monkeypatch, others: int, signal_while_waiting: bool = False) -> Layout:
+    """Rank 0 of a two-group launch whose other group finished ``others`` of its problems."""
+    other = run_problems(PROBLEMS, squares, META, RunOptions(progress=False, select=lambda ps: ps[1::2][:others])).run
+
+    def gather(layout: Layout, part: RunFile | None) -> list[RunFile]:
+        if signal_while_waiting:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return [part, other]
+
+    monkeypatch.setattr("thoughttree.data_parallel._gather", gather)
+    monkeypatch.setattr("thoughttree.data_parallel._share", lambda layout, flag: flag)
+    return Layout(rank=0, world=2, tensor_parallel=1, device=torch.device("cpu"), requested="cuda", coordinator=None)
+
+
+def test_groups_take_every_problem_once_whatever_the_tensor_parallel_size() -> None:
+    layouts = [Layout(rank, 6, 2, torch.device("cpu"), "cpu", None) for rank in range(6)]
+    assert [layout.share(PROBLEMS) for layout in layouts if layout.leader] == [PROBLEMS[g::3] for g in range(3)]
+    assert layouts[3].share(PROBLEMS) == layouts[2].share(PROBLEMS)  # one group, one share
+
+
+@pytest.mark.parametrize("late", [False, True])  # a signal once every problem is done changes nothing
+def test_a_complete_launch_merges_with_the_requested_device_and_removes_its_part(tmp_path, monkeypatch, late) -> None:
+    out = tmp_path / "run.json"
+    outcome = run_problem_set(PROBLEMS, squares, META, RunOptions(output=out, progress=False),
+                              layout=rank0_of_two_groups(monkeypatch, others=3, signal_while_waiting=late))
+    assert outcome.exit_code == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    merged = load_run(out)
+    assert merged.meta == {**META, "device": "cuda"} and merged.totals["finished"] == 6
+    assert [p["id"] for p in merged.problems] == [p.id for p in PROBLEMS]
+
+
+def test_a_launch_stopped_anywhere_keeps_its_parts_and_says_so(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "run.json"
+    outcome = run_problem_set(PROBLEMS, squares, META, RunOptions(output=out, progress=False),
+                              layout=rank0_of_two_groups(monkeypatch, others=1, signal_while_waiting=True))
+    assert outcome.exit_code == 143 and "stopped by SIGTERM after 4 of 6" in outcome.message()
+    assert load_run(tmp_path / "run.json.part-1-of-2").totals["finished"] == 3  # kept for --resume
+    assert load_run(out).totals["finished"] == 4
