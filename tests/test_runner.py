@@ -245,3 +245,18 @@ def test_a_second_signal_while_a_search_keeps_its_tree_is_remembered_not_raised(
     saved = load_run(out)
     assert [p["result"]["stopped"] for p in saved.problems] == ["done", "interrupted"]
     assert len(saved.problems[1]["tree"]["nodes"]) == 2
+
+
+def test_a_record_a_run_file_cannot_hold_is_refused_and_the_problems_before_it_stay_saved(tmp_path):
+    out = tmp_path / "run.json"
+    solver = Solver()
+
+    def solve(problem: Problem) -> Record:
+        record = solver(problem)
+        if problem.data == 2:
+            record["result"]["answer"] = 4  # a number, where run files hold text
+        return record
+
+    with pytest.raises(RunError, match=r"problem 2: .* \(result.answer must be a string or null, got 4\)"):
+        run_problems(PROBLEMS, solve, META, RunOptions(output=out, progress=False))
+    assert [p["id"] for p in load_run(out).problems] == ["0", "1"]

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from .interrupts import EXIT_CODES, Interrupts
 from .tree.serialize import EntryTexts, RunFile, holds_run_file, load_run
+from .tree.validate import FieldError, check_result_data
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -115,6 +116,17 @@ class RunOutcome:
 
 def record_error(record: Record) -> str | None:
     return record.get("result", {}).get("error")
+
+
+def _check_record(record: Record) -> None:
+    """RunError unless ``record``'s result is what a run file holds, as JSON will hold it (a
+    file holding another could not be read back, resumed or shown)."""
+    try:
+        nodes = record.get("tree", {}).get("nodes", []) if isinstance(record.get("tree"), dict) else []
+        check_result_data(json.loads(json.dumps(record.get("result", {}))), len(nodes))
+    except (FieldError, TypeError, ValueError) as exc:
+        raise RunError(f"problem {record['id']}: the solver returned a record a run file cannot hold ({exc}); "
+                       "the problems before it are saved") from None
 
 
 def is_partial(record: Record) -> bool:
@@ -266,6 +278,7 @@ def run_problems(
                 interrupts.armed = False
             if record is not None:
                 record = {"id": problem.id, **record}
+                _check_record(record)
                 records.append(record)
                 if (error := record_error(record)) is not None:
                     outcome.failures.append((problem.id, error))
