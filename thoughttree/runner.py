@@ -97,7 +97,12 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.signal is not None:
             return EXIT_CODES.get(self.signal, 128 + int(self.signal))
-        return EXIT_FAILED if self.failures else EXIT_OK
+        return EXIT_FAILED if self.failures or self.unfinished else EXIT_OK
+
+    @property
+    def unfinished(self) -> int:
+        """Problems left undone without a signal here: a launch whose other processes were stopped."""
+        return max(0, self.planned - int(self.run.totals.get("finished", self.planned)))
 
     def message(self, resume: str = "--resume") -> str | None:
         """One line for the user when the run did not end cleanly, else None. ``resume`` continues
@@ -111,6 +116,10 @@ class RunOutcome:
         if self.failures:
             pid, error = self.failures[0]
             return (f"{len(self.failures)} of {self.planned} searches failed; the first (problem {pid}): {error}")
+        if self.unfinished:
+            where = f"saved to {self.path}; continue with {resume} {self.path}" if self.path else "nothing saved"
+            return (f"{finished} of {self.planned} problems finished: another process of the launch stopped "
+                    f"early; {where}")
         return None
 
 

@@ -134,3 +134,13 @@ def test_a_launch_stopped_anywhere_keeps_its_parts_and_says_so(tmp_path, monkeyp
     assert outcome.exit_code == 143 and "stopped by SIGTERM after 4 of 6" in outcome.message()
     assert load_run(tmp_path / "run.json.part-1-of-2").totals["finished"] == 3  # kept for --resume
     assert load_run(out).totals["finished"] == 4
+
+
+def test_a_launch_whose_other_group_stopped_exits_1_on_rank_0_and_says_so(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "run.json"
+    outcome = run_problem_set(PROBLEMS, squares, META, RunOptions(output=out, progress=False),
+                              layout=rank0_of_two_groups(monkeypatch, others=1))  # no signal reaches rank 0
+    assert outcome.signal is None and outcome.exit_code == 1
+    assert outcome.message() == (f"4 of 6 problems finished: another process of the launch stopped early; "
+                                 f"saved to {out}; continue with --resume {out}")
+    assert load_run(tmp_path / "run.json.part-1-of-2").totals["finished"] == 3  # kept for --resume
