@@ -84,6 +84,31 @@ def test_seed_gives_the_same_subtree_whatever_was_expanded_before(lm: LM) -> Non
     assert grandchildren("b first") == want and grandchildren("b beside, first") == want
 
 
+def test_a_node_expanded_again_gets_the_children_one_larger_call_would_have_given(lm: LM) -> None:
+    # A child's seed counts the parent's children before it, so a second call goes on drawing
+    # where the first stopped instead of drawing the same children again.
+    sp = Sampling(max_tokens=6, temperature=1.0, ignore_eos=True)
+    with ThoughtTree(lm, prompt="the quick brown fox", seed=3) as tree:
+        twice = [k.tokens for _ in range(2) for k in tree.expand([tree.root], n=2, sampling=sp)[0]]
+    with ThoughtTree(lm, prompt="the quick brown fox", seed=3) as tree:
+        once = [k.tokens for k in tree.expand([tree.root], n=4, sampling=sp)[0]]
+    assert twice == once and len({tuple(t) for t in once}) == 4
+
+
+def test_the_tree_seed_and_each_roots_place_change_the_draws(lm: LM) -> None:
+    sp = Sampling(max_tokens=6, temperature=1.0, ignore_eos=True)
+
+    def kids(seed: int) -> list[list[list[int]]]:
+        with ThoughtTree(lm, prompt="the quick brown fox", seed=seed) as tree:
+            tree.add_root(tree.root.tokens)  # the same prompt again, as a second root
+            return [[k.tokens for k in ks] for ks in tree.expand(tree.roots, n=2, sampling=sp)]
+
+    first, again, other = kids(0), kids(0), kids(1)
+    assert first == again
+    assert first[0] != first[1], "two roots of one prompt should not draw the same children"
+    assert first[0] != other[0] and first[1] != other[1], "the tree seed should change the children"
+
+
 def test_logprobs_are_the_models(lm: LM) -> None:
     tree = ThoughtTree(lm, prompt="Tree of thoughts", seed=0)
     (kid,) = tree.expand([tree.root], n=1, sampling=Sampling(max_tokens=6, temperature=0.8, ignore_eos=True))[0]
