@@ -154,6 +154,25 @@ def test_stops(lm: LM) -> None:
     tree.prune(tree.root)
 
 
+def test_an_ending_token_drawn_at_the_length_limit_keeps_its_reason(lm: LM) -> None:
+    # Tasks read "eos" as a finished thought: a last allowed token that is EOS or a stop token
+    # ends the generation for that reason, not for its length.
+    with ThoughtTree(lm, prompt="value: sure", seed=0) as tree:
+        free = Sampling(max_tokens=10, temperature=0, ignore_eos=True)
+        (ref,) = tree.expand([tree.root], sampling=free)[0]
+        j = next(j for j in range(2, 10) if ref.tokens[j] not in ref.tokens[:j])
+        sp = Sampling(max_tokens=j + 1, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[j],))
+        (kid,) = tree.expand([tree.root], sampling=sp)[0]
+        assert kid.tokens == ref.tokens[: j + 1] and kid.metadata["finish_reason"] == "stop"
+        saved = lm.engine.eos
+        lm.engine.eos = {ref.tokens[j]}
+        try:
+            (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=j + 1, temperature=0))[0]
+        finally:
+            lm.engine.eos = saved
+        assert kid.tokens == ref.tokens[: j + 1] and kid.metadata["finish_reason"] == "eos"
+
+
 def test_requests_with_different_endings_in_one_call_each_end_as_alone(lm: LM) -> None:
     """One engine call mixing lengths, stop strings (two different tuples), stop tokens and EOS:
     each request's tokens and finish reason equal its own call's."""
