@@ -96,9 +96,24 @@ def test_prompt_longer_than_context(tiny_model_dir) -> None:
         lm.tree_logits([[1] * 513])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         lm.tree_logits([[1, 10**6]])
+    with pytest.raises(ValueError, match="a path of 512 tokens leaves no room in the model's context of 512"):
+        lm.complete([[1] + [5] * 511], Sampling(max_tokens=3, ignore_eos=True), [0])
     tree.prune(tree.root)
     lm.check_integrity(tree)
     assert lm.kv.pool.num_used == 0
+
+
+def test_a_given_child_is_checked_against_the_vocabulary_and_its_whole_path(tiny_model_dir) -> None:
+    lm = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(num_pages=256))
+    vocab = lm.config.vocab_size
+    tree = ThoughtTree(lm, prompt=[1] + [5] * 499)
+    with pytest.raises(TreeError, match=f"token id {vocab}; token ids are whole numbers from 0 below {vocab}"):
+        tree.add_child(tree.root, [5, vocab], "")
+    with pytest.raises(TreeError, match="a path of 513 tokens is longer than the model's context of 512"):
+        tree.add_child(tree.root, [vocab - 1] * 13, "")
+    kid = tree.add_child(tree.root, [vocab - 1] * 12, "")
+    assert kid.num_path_tokens == 512 and len(tree) == 2
+    tree.check_integrity()
 
 
 @pytest.mark.parametrize("kwargs, message", [
