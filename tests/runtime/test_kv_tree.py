@@ -103,6 +103,17 @@ def test_inserted_sequences_share_exactly_their_common_prefixes(seqs: list[list[
     assert kv.pool.num_used == 0
 
 
+def test_a_generated_child_is_shared_by_later_sequences_through_it(lm: LM) -> None:
+    # Decoding seals a child's segment, so a sequence that runs through it reuses its KV and
+    # stores only what follows.
+    with ThoughtTree(lm, prompt="the quick brown fox", seed=0) as tree:
+        (kid,) = tree.expand([tree.root], sampling=Sampling(max_tokens=6, ignore_eos=True))[0]
+        tokens, prefill = lm.kv.num_tokens, lm.stats.prefill_tokens
+        lm.tree_logits([kid.path_tokens() + [5]])
+        assert lm.stats.prefill_tokens - prefill == 1 and lm.kv.num_tokens == tokens
+        lm.check_integrity(tree)
+
+
 def test_pool_exhaustion_is_clear_and_recoverable(tiny_model_dir) -> None:
     small = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=PAGE, num_pages=12))
     tree = ThoughtTree(small, prompt="the quick brown fox", seed=0)
