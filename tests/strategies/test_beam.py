@@ -44,6 +44,8 @@ def test_length_penalty_favours_the_better_per_token_path():
     assert live_leaves(result.tree) == ["b;e;h;"]
     node = result.best
     assert beam.score(node) == pytest.approx((-0.5 - 0.9 - 4.0) / 6)
+    assert Beam(length_penalty=0.0).score(node) == pytest.approx(-0.5 - 0.9 - 4.0)
+    assert Beam(length_penalty=0.5).score(node) == pytest.approx((-0.5 - 0.9 - 4.0) / 6 ** 0.5)
 
 
 def test_token_beam_ranks_by_model_log_probabilities():
