@@ -83,6 +83,16 @@ def test_a_finished_hypothesis_that_falls_out_of_the_beam_is_pruned():
     assert finished.status is Status.PRUNED and result.best.path_text(include_root=False) == "a;b;"
 
 
+def test_a_verified_solution_outside_the_beam_is_kept_and_answers_before_a_better_scored_finish():
+    logprobs = {"a": -0.1, "=": -0.01, "1": -3.0, "2": 0.0}
+    lm = FakeLM(children={"Q:": ["a;", "=1;", "=2;"]}, token_logprob=lambda context, ch: logprobs.get(ch, 0.0))
+    task = ScriptTask(solutions=["1"])
+    result = search(task, Beam(width=1, samples=3, length_penalty=0.0, max_steps=2), lm, problem="Q")
+    solved, unverified = ([n for n in result.tree.nodes if n.text == t][0] for t in ("=1;", "=2;"))
+    assert solved.status is Status.SOLVED and unverified.status is Status.TERMINAL
+    assert result.best is solved and result.answer == "1"
+
+
 def test_token_beam_counts_its_chosen_tokens_as_generated_and_a_token_budget_stops_it(tiny_model_dir):
     from thoughttree import LM, RuntimeConfig
     from thoughttree.search import Budget
