@@ -79,6 +79,17 @@ def test_sampled_selection_draws_only_valued_nodes_and_repeats_with_the_seed():
     assert kept[0] == kept[1] == ["", "b;", "d;"]
 
 
+def test_sampled_selection_follows_the_search_seed():
+    table = {"Q:": ["a;", "b;"], "Q:a;": ["z;"], "Q:b;": ["z;"]}
+    values = {"a;": 1.0, "b;": 1.0, "a;z;": 0.0, "b;z;": 0.0}
+    kept = set()
+    for seed in range(8):
+        bfs = BFS(breadth=1, samples=2, depth=2, selection="sample")
+        result = search(ScriptTask(values), bfs, FakeLM(children=table), problem="Q", seed=seed)
+        kept.add(tuple(texts(result.tree, Status.EXPANDED)))
+    assert kept == {("", "a;"), ("", "b;")}
+
+
 def test_stops_at_a_verified_solution():
     table = {"Q:": ["a;", "=7;"], "Q:a;": ["b;"]}
     lm = FakeLM(children=table)
