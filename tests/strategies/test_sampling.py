@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fakes import FakeLM, ScriptConfig, ScriptTask, pick
 
-from thoughttree import Sampling, Status
+from thoughttree import Sampling, Status, ThoughtTree
 from thoughttree.search import search
 from thoughttree.strategies import BestOfN, SelfConsistency
+from thoughttree.strategies.base import best_node
 from thoughttree.tasks import LogProb
 
 
@@ -50,3 +51,15 @@ def test_self_consistency_ties_go_to_the_first_answer():
     task = ScriptTask(config=ScriptConfig(dedupe=False))
     result = search(task, SelfConsistency(n=4), lm, problem="Q")
     assert result.answer == "5" and result.best is result.tree.root.children[0]
+
+
+def test_the_best_node_is_a_solution_then_a_finished_node_then_a_live_one_whatever_their_values():
+    tree = ThoughtTree(None, prompt=[1])
+    live, finished, solved = (tree.add_child(tree.root, [2], "", value=v) for v in (0.9, 0.5, 0.1))
+    tree.add_child(live, [3], "", value=0.9)  # as good and deeper: it wins among the live ones
+    finished.status, solved.status = Status.TERMINAL, Status.SOLVED
+    assert best_node(tree) is solved
+    solved.status = Status.PRUNED
+    assert best_node(tree) is finished
+    finished.status = Status.PRUNED
+    assert best_node(tree) is live.children[0]
