@@ -63,3 +63,14 @@ def test_the_best_node_is_a_solution_then_a_finished_node_then_a_live_one_whatev
     assert best_node(tree) is finished
     finished.status = Status.PRUNED
     assert best_node(tree) is live.children[0]
+
+
+def test_self_consistency_leaves_invalid_samples_out_of_the_vote():
+    class Picky(ScriptTask):
+        def accept(self, problem, parent, text):
+            return text != "=3;"
+
+    lm = FakeLM(children={"Q:": ["=3;", "=3;", "=1;", "=3;"]})
+    result = search(Picky(config=ScriptConfig(dedupe=False)), SelfConsistency(n=4), lm, problem="Q")
+    assert result.answer == "1" and result.best.text == "=1;"
+    assert [k.metadata.get("rejected") for k in result.tree.root.children] == ["invalid", "invalid", None, "invalid"]
