@@ -139,3 +139,47 @@ def test_iterations_count_only_leaves_that_were_expanded():
     expanded = sum(1 for n in result.tree.nodes if n.children)
     assert result.tree.root.metadata["mcts_iterations"] == expanded
     assert not any("dead end" in n.metadata.get("rejected", "") for n in result.tree.nodes)
+
+
+def _scored(children: list[tuple[int, float, float]], root_visits: int):
+    """A root with children of (visits, value sum, log-probability of their one token)."""
+    from thoughttree import ThoughtTree
+
+    tree = ThoughtTree(prompt=[1])
+    tree.root.visits = root_visits
+    for i, (visits, value_sum, logprob) in enumerate(children):
+        kid = tree.add_child(tree.root, [i + 2], f"k{i}", logprob=logprob)
+        kid.visits, kid.value, kid.metadata["value_sum"] = visits, value_sum / visits, value_sum
+    return tree
+
+
+def _started(tree, bounds: tuple[float, float], **config) -> MCTS:
+    from types import SimpleNamespace
+
+    from thoughttree.strategies.base import SearchContext
+
+    strategy = MCTS(**config)
+    strategy.start(tree, SearchContext(task=None, problem=None, evaluator=SimpleNamespace(bounds=bounds), seed=0))
+    return strategy
+
+
+def _choose(tree, bounds: tuple[float, float], **config) -> str:
+    return _started(tree, bounds, **config).choose(tree.root, list(tree.root.children), {}).text
+
+
+def test_uct_and_puct_scores_are_the_documented_formulas():
+    # UCT, Q in [0, 1]: k1 0.9 + sqrt(ln 5 / 4) = 1.534 beats k0 0.1 + sqrt(ln 5 / 1) = 1.369
+    # (without the log, k0 would win: 0.1 + 2.236 against 0.9 + 1.118).
+    assert _choose(_scored([(1, 0.1, 0.0), (4, 3.6, 0.0)], 5), (0.0, 1.0)) == "k1"
+    # Raw values in [0, 10] are scaled into [0, 1] first: k0 0.1 + 1.269 beats k1 0.3 + 0.634 (unscaled, k1).
+    assert _choose(_scored([(1, 1.0, 0.0), (4, 12.0, 0.0)], 5), (0.0, 10.0)) == "k0"
+    # PUCT, P from the per-token log-probabilities at prior_temperature: at 1, P = 0.73 / 0.27 and
+    # k0 0.3 + 0.73 * 0.707 wins; at 100 the priors are nearly even and k1's Q wins.
+    puct = _scored([(1, 0.3, -1.0), (1, 0.5, -2.0)], 2)
+    assert _choose(puct, (0.0, 1.0), rule="puct") == "k0"
+    assert _choose(puct, (0.0, 1.0), rule="puct", prior_temperature=100.0) == "k1"
+
+
+def test_the_answer_follows_the_most_visited_child_before_the_higher_mean():
+    tree = _scored([(5, 1.0, 0.0), (3, 2.7, 0.0)], 8)
+    assert _started(tree, (0.0, 1.0)).best().text == "k0"
