@@ -95,6 +95,19 @@ def test_error_mid_search_keeps_the_tree_and_the_partial_result_saves(tmp_path):
     assert len(loaded.tree) == 7 and loaded.stopped == "error"
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_an_evaluator_value_that_is_not_finite_is_named(value):
+    class Raw:  # an evaluator of one's own, which checks nothing itself
+        bounds = (0.0, 1.0)
+
+        def evaluate(self, lm, problem, nodes, *, seed, samples=None):
+            return [value if n.text == "b;" else 0.5 for n in nodes]
+
+    lm = FakeLM(children={"Q:": ["a;", "b;"]})
+    with pytest.raises(SearchError, match=rf"the evaluator gave node \d+ the value {value}; values must be finite"):
+        search(ScriptTask(evaluator=Raw()), BFS(breadth=1, samples=2, depth=1), lm, problem="Q")
+
+
 def test_bad_request_from_a_task_is_named():
     class Bad(ScriptTask):
         def request(self, problem, node):
