@@ -108,6 +108,31 @@ def test_an_evaluator_value_that_is_not_finite_is_named(value):
         search(ScriptTask(evaluator=Raw()), BFS(breadth=1, samples=2, depth=1), lm, problem="Q")
 
 
+def test_a_node_expanded_again_into_only_duplicates_keeps_its_earlier_children_and_stays_alive():
+    from dataclasses import dataclass as frozen_config
+
+    from thoughttree.strategies import Step, StrategyBase
+
+    @frozen_config(frozen=True)
+    class TwiceConfig:
+        pass
+
+    class Twice(StrategyBase):  # expands the root, then the root again
+        Config = TwiceConfig
+
+        def step(self):
+            rounds = self.tree.root.metadata.get("rounds", 0)
+            return Step(expand=[self.tree.root], n=2) if rounds < 2 else None
+
+        def update(self, outcome):
+            self.tree.root.metadata["rounds"] = self.tree.root.metadata.get("rounds", 0) + 1
+
+    result = search(ScriptTask({"a;": 0.5, "b;": 0.7}), Twice(), FakeLM(children={"Q:": ["a;", "b;"]}), problem="Q")
+    root = result.tree.root
+    assert root.alive and [c.text for c in root.children if c.alive] == ["a;", "b;"]
+    assert [c.metadata.get("rejected") for c in root.children if not c.alive] == ["duplicate", "duplicate"]
+
+
 def test_bad_request_from_a_task_is_named():
     class Bad(ScriptTask):
         def request(self, problem, node):
