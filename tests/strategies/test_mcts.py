@@ -183,3 +183,11 @@ def test_uct_and_puct_scores_are_the_documented_formulas():
 def test_the_answer_follows_the_most_visited_child_before_the_higher_mean():
     tree = _scored([(5, 1.0, 0.0), (3, 2.7, 0.0)], 8)
     assert _started(tree, (0.0, 1.0)).best().text == "k0"
+
+
+def test_children_at_max_depth_are_finished_by_the_depth_limit():
+    lm = FakeLM(children=TABLE)
+    result = search(ScriptTask(VALUES), MCTS(iterations=4, leaves_per_round=2, samples=2, max_depth=1), lm, problem="Q")
+    kids = result.tree.root.children
+    assert [k.status for k in kids] == [Status.TERMINAL, Status.TERMINAL]
+    assert all(k.metadata["finish_reason"] == "depth limit" and not k.children for k in kids)
