@@ -19,7 +19,7 @@ from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
-from .common import CliError, at_least
+from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
 from .model import ATTENTION, check_device, load_model, model_meta
 
@@ -61,11 +61,7 @@ APPLIES = {"width": ("beam",), "iterations": ("mcts",), "max_lines": ("beam", "m
 
 
 def _method(args: argparse.Namespace, samples: int | None = None) -> CodeSearch:
-    given = {name: getattr(args, name) for name in APPLIES if getattr(args, name) is not None}
-    for name in given:
-        if args.method not in APPLIES[name]:
-            raise CliError(f"--{name.replace('_', '-')} does not apply to --method {args.method} (it is for "
-                           f"{', '.join(APPLIES[name])}); leave it out")
+    given = method_options(args, APPLIES)
     if samples is not None and args.samples is not None and samples != args.samples:
         raise CliError(f"--samples {args.samples} and --k {samples} disagree (--k sets the samples); give one of them")
     samples = samples or args.samples or (1 if args.method == "io" else DEFAULT_SAMPLES)

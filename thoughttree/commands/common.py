@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -39,3 +39,14 @@ def at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def method_options(args: argparse.Namespace, applies: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The options of ``applies`` given on the command line (not None), by name; CliError for one
+    that ``args.method`` does not use (``applies`` maps each option to the methods that do)."""
+    given = {name: getattr(args, name) for name in applies if getattr(args, name) is not None}
+    for name in given:
+        if args.method not in applies[name]:
+            raise CliError(f"--{name.replace('_', '-')} does not apply to --method {args.method} (it is for "
+                           f"{', '.join(applies[name])}); leave it out")
+    return given

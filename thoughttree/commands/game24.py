@@ -22,7 +22,7 @@ from ..tasks.game24.task import VALUES, as_puzzle
 from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
-from .common import CliError, at_least
+from .common import CliError, at_least, method_options
 from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
 from .launch import add_data_parallel, join_launch
 from .model import ATTENTION, add_model_arguments, is_bundled, load_model
@@ -80,11 +80,7 @@ APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "ru
 
 
 def run_game24_command(args: argparse.Namespace) -> int:
-    given = {name: getattr(args, name) for name in APPLIES if getattr(args, name) is not None}
-    for name in given:
-        if args.method not in APPLIES[name]:
-            raise CliError(f"--{name} does not apply to --method {args.method} (it is for "
-                           f"{', '.join(APPLIES[name])}); leave it out")
+    given = method_options(args, APPLIES)
     try:
         run = Game24Run(
             method=args.method, start=args.start, end=args.end, seed=args.seed, puzzles=tuple(args.puzzle),
