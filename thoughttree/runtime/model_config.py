@@ -139,26 +139,25 @@ class ModelConfig:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelLoadError(f"{path} has no config.json; is it a Hugging Face model directory?")
-        try:
-            raw = json.loads(cfg.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelLoadError(f"{cfg} is not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise ModelLoadError(f"{cfg} does not hold a JSON object")
-        config = cls.from_dict(raw)
+        config = cls.from_dict(_json_object(cfg))
         # transformers' generate stops at generation_config.json's EOS tokens (instruct checkpoints list
         # their end-of-turn token there), so they end a generation here too.
         gen = path / "generation_config.json"
         if not gen.is_file():
             return config
-        try:
-            generation = json.loads(gen.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelLoadError(f"{gen} is not valid JSON: {exc}") from exc
-        if not isinstance(generation, dict):
-            raise ModelLoadError(f"{gen} does not hold a JSON object")
-        extra = _token_ids(generation.get("eos_token_id"))
+        extra = _token_ids(_json_object(gen).get("eos_token_id"))
         return replace(config, eos_token_ids=tuple(dict.fromkeys(config.eos_token_ids + extra)))
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    """The JSON object ``file`` holds; ModelLoadError naming the file otherwise."""
+    try:
+        raw = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{file} does not hold a JSON object")
+    return raw
 
 
 def _token_ids(value: Any) -> tuple[int, ...]:
