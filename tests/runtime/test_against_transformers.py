@@ -90,20 +90,24 @@ def test_sharded_checkpoint_loads(tmp_path, pair) -> None:
     torch.testing.assert_close(sharded.tree_logits(seq), lm.tree_logits(seq), atol=1e-6, rtol=0)
 
 
+def _assert_last_logits_agree(path, seqs: list[list[int]]) -> tuple[transformers.PreTrainedModel, LM]:
+    """The checkpoint at ``path`` loaded by both (returned): the logits at each sequence's last token agree."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    for row, seq in zip(lm.tree_logits(seqs), seqs):
+        with torch.no_grad():
+            want = hf(torch.tensor([seq])).logits[0, -1]
+        assert (row - want).abs().max().item() <= 1e-4
+    return hf, lm
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_tied_embeddings(tmp_path, arch: str) -> None:
     from tiny_models import make_model
 
     path = make_model(tmp_path, arch, tie=True)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf, _ = _assert_last_logits_agree(path, [[1, 7, 9, 11, 13], [1, 7, 9, 40]])
     assert hf.config.tie_word_embeddings
-    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
-    seqs = [[1, 7, 9, 11, 13], [1, 7, 9, 40]]
-    got = lm.tree_logits(seqs)
-    for row, seq in zip(got, seqs):
-        with torch.no_grad():
-            want = hf(torch.tensor([seq])).logits[0, -1]
-        assert (row - want).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("arch,fields", [
@@ -118,12 +122,7 @@ def test_bias_fields_a_family_does_not_read_are_ignored(tmp_path, arch: str, fie
     path = make_model(tmp_path, arch)
     cfg = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**cfg, **fields}))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
-    seq = [1, 7, 9, 11, 13, 40]
-    with torch.no_grad():
-        want = hf(torch.tensor([seq])).logits[0, -1]
-    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+    _assert_last_logits_agree(path, [[1, 7, 9, 11, 13, 40]])
 
 
 @pytest.mark.parametrize("arch,fields", [("llama", {"attention_bias": True}), ("qwen2", {})])
@@ -140,12 +139,7 @@ def test_the_output_projection_bias_is_read_where_the_family_has_one(tmp_path, a
     else:  # Qwen2's output projection has no bias: a stored one is not read, as transformers does not read it
         tensors[name] = torch.randn(tensors["model.layers.0.self_attn.o_proj.weight"].shape[0])
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
-    seq = [1, 7, 9, 11, 13, 40]
-    with torch.no_grad():
-        want = hf(torch.tensor([seq])).logits[0, -1]
-    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+    _assert_last_logits_agree(path, [[1, 7, 9, 11, 13, 40]])
 
 
 def test_sliding_window_caps_the_context(tmp_path) -> None:
@@ -170,13 +164,8 @@ def test_a_sliding_window_switched_off_leaves_the_whole_context(tmp_path, arch: 
     path = make_model(tmp_path, arch)
     cfg = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**cfg, "sliding_window": 32, "use_sliding_window": False}))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
+    _, lm = _assert_last_logits_agree(path, [[1] + [3 + i % 200 for i in range(99)]])
     assert lm.max_context == 512  # transformers attends to the whole context
-    seq = [1] + [3 + i % 200 for i in range(99)]
-    with torch.no_grad():
-        want = hf(torch.tensor([seq])).logits[0, -1]
-    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("top,inner", [(None, None), (64, 256)])
@@ -192,12 +181,7 @@ def test_llama3_rope_reads_its_pretraining_length_as_transformers_does(tmp_path,
     rope.update({} if inner is None else {"original_max_position_embeddings": inner})
     cfg.update({"rope_parameters": rope} | ({} if top is None else {"original_max_position_embeddings": top}))
     (path / "config.json").write_text(json.dumps(cfg))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    lm = LM.from_pretrained(path, device="cpu", runtime=RuntimeConfig(num_pages=64))
-    seq = [1] + [3 + i % 200 for i in range(120)]
-    with torch.no_grad():
-        want = hf(torch.tensor([seq])).logits[0, -1]
-    assert (lm.tree_logits([seq])[0] - want).abs().max().item() <= 1e-4
+    _assert_last_logits_agree(path, [[1] + [3 + i % 200 for i in range(120)]])
 
 
 def test_generation_stops_at_the_eos_tokens_of_generation_config(tmp_path) -> None:
