@@ -29,21 +29,18 @@ def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: tor
     """The dtype of the weights and KV: ``dtype`` when given, else float32 on the CPU and the
     checkpoint's own (config.json's ``dtype``, bfloat16 when it has none) on a GPU; ValueError for
     a dtype this runtime or this GPU cannot run (bfloat16 needs compute capability 8.0)."""
-    given = dtype is not None
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _DTYPES.values():
-            raise ValueError(f"unsupported dtype {dtype}; use one of {', '.join(_DTYPES)}")
-        resolved = dtype
-    else:
-        if dtype is None:
-            if device.type == "cpu":
-                return torch.float32
-            dtype = cfg.torch_dtype or "bfloat16"
-        if dtype not in _DTYPES:
-            source = "dtype" if given else "dtype in config.json"
-            raise ValueError(f"unsupported {source} {dtype!r}; " + (f"use one of {', '.join(_DTYPES)}" if given else
-                             f"pass dtype= (--dtype) with one of {', '.join(_DTYPES)}"))
-        resolved = _DTYPES[dtype]
+    from_config = dtype is None
+    if from_config:
+        if device.type == "cpu":
+            return torch.float32
+        dtype = cfg.torch_dtype or "bfloat16"
+    resolved = _DTYPES.get(dtype) if isinstance(dtype, str) else dtype
+    if resolved not in _DTYPES.values():
+        if from_config:
+            raise ValueError(f"unsupported dtype in config.json {dtype!r}; pass dtype= (--dtype) with one of "
+                             f"{', '.join(_DTYPES)}")
+        shown = dtype if isinstance(dtype, torch.dtype) else repr(dtype)
+        raise ValueError(f"unsupported dtype {shown}; use one of {', '.join(_DTYPES)}")
     if resolved is torch.bfloat16 and device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)
         if capability < (8, 0):
