@@ -109,15 +109,14 @@ class RunOutcome:
         a stopped run when followed by its file: the option, or a whole command line where the
         command that ran takes no ``--resume`` (the demo)."""
         finished = self.run.totals.get("finished", 0)
+        where = f"saved to {self.path}; continue with {resume} {self.path}" if self.path else "nothing saved"
         if self.signal is not None:
             name = signal.Signals(self.signal).name
-            where = f"saved to {self.path}; continue with {resume} {self.path}" if self.path else "nothing saved"
             return f"stopped by {name} after {finished} of {self.planned} problems; {where}"
         if self.failures:
             pid, error = self.failures[0]
             return (f"{len(self.failures)} of {self.planned} searches failed; the first (problem {pid}): {error}")
         if self.unfinished:
-            where = f"saved to {self.path}; continue with {resume} {self.path}" if self.path else "nothing saved"
             return (f"{finished} of {self.planned} problems finished: another process of the launch stopped "
                     f"early; {where}")
         return None
