@@ -174,13 +174,13 @@ def load_transformer(
     index = tensor_index(shard_files(Path(path)))
     check_tensor_shapes(cfg, {name: shape for name, (_, _, shape) in index.items()}, str(path))
     output_biases = [f"layers.{i}.self_attn.o_proj.bias" for i in range(cfg.num_layers) if cfg.output_bias]
-    missing = [n for parts in fused.values() for n in parts if n not in index] + [n for n in output_biases if n not in index]
+    names = [n for parts in fused.values() for n in parts] + output_biases
+    missing = [n for n in names if n not in index]
     if "lm_head.weight" not in index and not cfg.tie_word_embeddings:
         missing.append("lm_head.weight")
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ModelLoadError(f"checkpoint at {path} lacks tensors: {shown}")
-    names = [n for parts in fused.values() for n in parts] + output_biases
     names += ["lm_head.weight"] if "lm_head.weight" in index else []
     _check_room(index, names, device, dtype, narrow)
     raw = read_tensors(index, names, device, dtype, narrow)
