@@ -165,7 +165,8 @@ def run_apps(args: argparse.Namespace) -> int:
     split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
     meta = {"task": "apps", "data": split, "difficulty": args.difficulty, "start": args.start, "end": args.end,
             "method": asdict(method), "prompts": style, "seed": args.seed, **model_meta(lm),
-            "public_tests": "examples shown in each statement, else its first test (see thoughttree.tasks.code.split_public)",
+            "public_tests": "examples shown in each statement, else its first test "
+                            "(see thoughttree.tasks.code.split_public)",
             "hidden_tests": "every other test; used only for the final score"}
     outcome = _run(task, [p.key for p in problems], lm, method, args, meta, apps_totals, layout=layout)
     Console(quiet=not is_main_process()).print(

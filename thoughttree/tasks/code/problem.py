@@ -57,8 +57,9 @@ def split_public(
     contain them; a search may use those, as a programmer would. A test counts as shown when its
     whitespace-normalised standard input (or, call-based, every argument's ``repr``) occurs in the
     whitespace-normalised statement (standard input as whole lines: "QA" does not match a line
-    "QAQ"; an argument not inside a longer word or number: ``1`` is not found in "10" or "-1"). At most ``max_public`` are taken, and at least one test
-    always stays hidden; when no test is found in the statement, the first test is public.
+    "QAQ"; an argument not inside a longer word or number: ``1`` is not found in "10" or "-1").
+    At most ``max_public`` are taken, and at least one test always stays hidden; when no test is
+    found in the statement, the first test is public.
     """
     if len(tests) < 2:
         raise ValueError(f"a problem needs at least 2 tests to split into public and hidden ones, got {len(tests)}")
