@@ -12,6 +12,7 @@ from thoughttree.tasks.game24 import (
     check_answer, held_out_puzzles, is_solvable, load_puzzles, make_state, parse_cot, parse_io,
     parse_propose, parse_value, path_answer, value_label,
 )
+from thoughttree.tasks.game24.puzzles import validation_puzzles
 from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples, training_roots, training_states
 
 
@@ -25,28 +26,29 @@ def examples(game24_examples: list[Example]) -> list[Example]:
 
 
 def test_held_out_starting_states_never_appear(examples: list[Example]) -> None:
-    held_out = {make_state(p) for p in held_out_puzzles()}
-    assert len(held_out) == 100
+    held_out = {make_state(p) for p in held_out_puzzles() + validation_puzzles()}
+    assert len(held_out) == 200
     four_number_states = {_state_of(e) for e in examples if len(_state_of(e)) == 4}
     assert four_number_states, "expected propose/value/io/cot prompts on four numbers"
     assert not four_number_states & held_out
 
 
 def test_roots_are_all_other_multisets() -> None:
-    roots = training_roots()
-    assert len(roots) == 1820 - 100
+    roots = set(training_roots())
+    assert len(roots) == 1820 - 200
     puzzles = load_puzzles()
-    assert make_state(puzzles[900]) not in set(roots)
-    assert make_state(puzzles[899]) in set(roots)
+    assert make_state(puzzles[900]) not in roots and make_state(puzzles[999]) not in roots  # test
+    assert make_state(puzzles[850]) not in roots and make_state(puzzles[1049]) not in roots  # validation
+    assert make_state(puzzles[849]) in roots and make_state(puzzles[1050]) in roots
 
 
 def test_kinds_and_balance(examples: list[Example]) -> None:
     counts = Counter(e.kind for e in examples)
     assert set(counts) == {"propose", "value", "io", "cot"}
-    # 1,040 roots have a solution path that avoids held-out states; 881 of them also have an
+    # 833 roots have a solution path that avoids held-out states; 654 of them also have an
     # answer expression whose written grouping avoids them
     per_root = Counter(e.prompt for e in examples if e.kind == "cot")
-    assert counts["io"] == counts["cot"] and len(per_root) == 881
+    assert counts["io"] == counts["cot"] and len(per_root) == 654
     assert max(per_root.values()) == DataConfig().solutions_per_puzzle
     # value labels of three-number states come at their true frequency (calibration)
     three = [e for e in examples if e.kind == "value" and len(_state_of(e)) == 3]

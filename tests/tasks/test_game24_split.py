@@ -1,21 +1,28 @@
-"""The held-out split: no four- or three-number state of a test puzzle in any training example."""
+"""The held-out split: no four- or three-number state of a validation or test puzzle in any training example."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from thoughttree.tasks.game24 import held_out_puzzles, load_puzzles, make_state, next_steps, parse_cot, parse_step
-from thoughttree.tasks.game24.dataset import Example, training_roots, training_states
+from thoughttree.tasks.game24 import load_puzzles, make_state, next_steps, parse_cot, parse_step
+from thoughttree.tasks.game24.dataset import Example, data_sha256, training_roots, training_states
 from thoughttree.tasks.game24.formats import cot_completion, io_completion, propose_completion, value_prompt
+from thoughttree.tasks.game24.puzzles import is_held_out, is_validation
 from thoughttree.tasks.game24.solver import solution_paths
-from thoughttree.tasks.game24.split import example_states, held_out_states, leaked_states
+from thoughttree.tasks.game24.split import (
+    HELD_OUT_INDICES, RANGES, SPLIT_DESCRIPTION, TEST, VALIDATION, PuzzleRange, example_states, held_out_states,
+    leaked_states, model_held_out, range_of,
+)
 from thoughttree.tasks.game24.steps import compose_expression
 
 MODEL = Path(__file__).resolve().parents[2] / "thoughttree" / "models" / "game24"
+PUZZLE_CSV = MODEL.parents[1] / "tasks" / "game24" / "data" / "24.csv"
 
 
 def _all_children(state: tuple) -> set[tuple]:
@@ -31,10 +38,25 @@ def _all_children(state: tuple) -> set[tuple]:
     return out
 
 
-@pytest.fixture(scope="module")
-def forbidden() -> frozenset:
-    roots = {make_state(p) for p in held_out_puzzles()}
+def _forbidden_of(indices: tuple[int, ...]) -> frozenset:
+    puzzles = load_puzzles()
+    roots = {make_state(puzzles[i]) for i in indices}
     return frozenset(roots | {c for r in roots for c in _all_children(r)})
+
+
+@pytest.fixture(scope="module")
+def forbidden_test() -> frozenset:
+    return _forbidden_of(tuple(range(900, 1000)))
+
+
+@pytest.fixture(scope="module")
+def forbidden_validation() -> frozenset:
+    return _forbidden_of((*range(850, 900), *range(1000, 1050)))
+
+
+@pytest.fixture(scope="module")
+def forbidden(forbidden_test: frozenset, forbidden_validation: frozenset) -> frozenset:
+    return forbidden_test | forbidden_validation
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +64,49 @@ def examples(game24_examples: list[Example]) -> list[Example]:
     return game24_examples
 
 
-def test_held_out_states_are_the_test_puzzles_and_their_children(forbidden: frozenset) -> None:
-    assert held_out_states() == forbidden
-    sizes = {n: sum(len(s) == n for s in forbidden) for n in (3, 4)}
-    assert sizes[4] == 100 and sizes[3] >= 1760
-    assert all(step.left in forbidden for p in held_out_puzzles() for step in next_steps(p))
+def test_held_out_states_are_the_validation_and_test_puzzles_and_their_children(
+        forbidden: frozenset, forbidden_test: frozenset, forbidden_validation: frozenset) -> None:
+    assert TEST.held_out_states() == forbidden_test
+    assert VALIDATION.held_out_states() == forbidden_validation
+    assert held_out_states() == forbidden == held_out_states(HELD_OUT_INDICES)
+    for states in (forbidden_test, forbidden_validation):
+        sizes = {n: sum(len(s) == n for s in states) for n in (3, 4)}
+        assert sizes[4] == 100 and sizes[3] >= 1760
+    for held_out in RANGES.values():
+        assert all(step.left in forbidden for p in held_out.puzzles() for step in next_steps(p))
+
+
+def test_validation_and_test_ranges_are_named_disjoint_and_of_one_difficulty() -> None:
+    assert RANGES == {"val": VALIDATION, "test": TEST}
+    assert TEST.indices == tuple(range(900, 1000))
+    assert VALIDATION.indices == (*range(850, 900), *range(1000, 1050))
+    assert not set(VALIDATION.indices) & set(TEST.indices)
+    # disjoint as puzzles too (24.csv holds each multiset once), so no validation puzzle is a test puzzle
+    validation, test = ({make_state(p) for p in r.puzzles()} for r in (VALIDATION, TEST))
+    assert len(validation) == len(test) == 100 and not validation & test
+    # the 50 puzzles either side of the test range: 24.csv is ordered by human solving time
+    rows = list(csv.DictReader(io.StringIO(PUZZLE_CSV.read_text())))
+    rate = {r: sum(float(rows[i]["Solved rate"].rstrip("%")) for i in r.indices) / 100 for r in (VALIDATION, TEST)}
+    assert abs(rate[VALIDATION] - rate[TEST]) < 0.5
+    puzzles = load_puzzles()
+    assert range_of(puzzles[850][::-1]) == VALIDATION and range_of(puzzles[1049]) == VALIDATION
+    assert range_of(puzzles[900]) == TEST and range_of(puzzles[899 - 50]) is None
+    assert all(is_validation(p) and not is_held_out(p) for p in VALIDATION.puzzles())
+    assert all(is_held_out(p) and not is_validation(p) for p in TEST.puzzles())
+    assert "850-899 and 1000-1049" in SPLIT_DESCRIPTION and "900-999" in SPLIT_DESCRIPTION
+    with pytest.raises(ValueError, match="distinct"):
+        PuzzleRange("broken", "1, 1", (1, 1))
+
+
+def test_model_held_out_reads_the_ranges_from_training_json(tmp_path: Path) -> None:
+    assert model_held_out(tmp_path) is None
+    (tmp_path / "training.json").write_text(json.dumps({"split": "strict: puzzles 900-999"}))
+    assert model_held_out(tmp_path) == TEST.indices  # written before the validation range existed
+    (tmp_path / "training.json").write_text(json.dumps({"held_out": {"test": [901, 900], "validation": [3]}}))
+    assert model_held_out(tmp_path) == (3, 900, 901)
+    (tmp_path / "training.json").write_text(json.dumps({"held_out": [900]}))
+    with pytest.raises(ValueError, match="must map range names"):
+        model_held_out(tmp_path)
 
 
 def test_example_states_finds_states_in_prompts_and_completions(forbidden: frozenset) -> None:
@@ -83,7 +143,7 @@ def test_no_held_out_state_in_any_training_example(examples: list[Example], forb
 def test_training_states_avoid_the_split_and_keep_two_number_states(forbidden: frozenset) -> None:
     states = training_states()
     assert not set(states[4]) & forbidden and not set(states[3]) & forbidden
-    assert len(states[4]) == len(training_roots()) == 1720
+    assert len(states[4]) == len(training_roots()) == 1820 - 200
     shared = {s for r in forbidden if len(r) == 3 for s in _all_children(r)} & set(states[2])
     assert shared, "two-number states may be shared with test puzzles"
     assert make_state([Fraction(1, 2), 12]) in set(states[2])
@@ -96,14 +156,7 @@ def test_propose_targets_are_every_distinct_valid_step(examples: list[Example]) 
 
 
 def test_bundled_model_was_trained_on_this_data(examples: list[Example]) -> None:
-    info = MODEL / "training.json"
-    if not info.is_file():
-        pytest.skip("the bundled model predates the strict split (its model card says so)")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("train", MODEL.parents[2] / "training" / "game24" / "train.py")
-    assert spec is not None and spec.loader is not None
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
-    recorded = json.loads(info.read_text())
-    assert recorded["data_sha256"] == train.data_sha256(examples)
-    assert recorded["split"].startswith("strict")
+    recorded = json.loads((MODEL / "training.json").read_text())
+    assert recorded["split"] == SPLIT_DESCRIPTION
+    assert recorded["held_out"] == {r.name: list(r.indices) for r in RANGES.values()}
+    assert recorded["data_sha256"] == data_sha256(examples)

@@ -1,8 +1,9 @@
 """Seeded generation of the supervised examples the bundled Game of 24 model is trained on.
 
-The held-out split is :mod:`.split`: no state of four or three numbers reachable from a test
-puzzle (indices 900-999 by default) appears in any example, as prompt or inside a completion.
-Roots are every multiset of four numbers from 1..13 (1,820) except the held-out ones; states
+The held-out split is :mod:`.split`: no state of four or three numbers reachable from a
+validation or test puzzle (indices 850-899, 1000-1049 and 900-999 by default) appears in any
+example, as prompt or inside a completion. Roots are every multiset of four numbers from 1..13
+(1,820) except the held-out ones; states
 are everything reachable from them by canonical steps that avoid held-out states.
 
 - propose: every distinct valid step of every state once, plus ``propose_good_extra`` more
@@ -21,7 +22,9 @@ Every example is checked with :func:`.split.leaked_states` before it is kept.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,9 +33,8 @@ from thoughttree.tasks.game24.formats import (
     cot_completion, cot_prompt, io_completion, io_prompt, propose_completion, propose_prompt,
     value_completion, value_label, value_prompt,
 )
-from thoughttree.tasks.game24.puzzles import TEST_INDICES
 from thoughttree.tasks.game24.solver import good_steps, is_solvable, next_steps, solution_paths
-from thoughttree.tasks.game24.split import held_out_states, is_clean_path, leaked_states
+from thoughttree.tasks.game24.split import HELD_OUT_INDICES, held_out_states, is_clean_path, leaked_states
 from thoughttree.tasks.game24.steps import State, compose_expression, make_state
 
 
@@ -51,7 +53,7 @@ class DataConfig:
     puzzle (io, cot)."""
 
     seed: int = 0
-    held_out: tuple[int, ...] = tuple(TEST_INDICES)
+    held_out: tuple[int, ...] = HELD_OUT_INDICES
     propose_good_extra: tuple[int, int, int] = (2, 2, 2)
     value_repeats: tuple[int, int, int] = (4, 2, 1)
     value_positive_extra: tuple[int, int, int] = (0, 0, 8)
@@ -69,7 +71,7 @@ class DataConfig:
                 raise ValueError(f"{name} must be counts >= 0, got {getattr(self, name)}")
 
 
-def training_roots(held_out: Sequence[int] = tuple(TEST_INDICES)) -> list[State]:
+def training_roots(held_out: Sequence[int] = HELD_OUT_INDICES) -> list[State]:
     """All four-number multisets from 1..13 except the held-out puzzles' starting states."""
     excluded = held_out_states(held_out)
     roots = (make_state(c) for c in itertools.combinations_with_replacement(range(1, 14), 4))
@@ -85,7 +87,7 @@ def reachable_states(roots: Sequence[State], excluded: frozenset[State] = frozen
     return {size: sorted(states) for size, states in by_size.items()}
 
 
-def training_states(held_out: Sequence[int] = tuple(TEST_INDICES)) -> dict[int, list[State]]:
+def training_states(held_out: Sequence[int] = HELD_OUT_INDICES) -> dict[int, list[State]]:
     """The states the training data is about (see the module docstring)."""
     return reachable_states(training_roots(held_out), held_out_states(held_out))
 
@@ -163,3 +165,16 @@ def generate_examples(config: DataConfig = DataConfig()) -> list[Example]:
     examples = [e for e in examples if clean[e]]
     rng.shuffle(examples)
     return examples
+
+
+def data_sha256(examples: Sequence[Example]) -> str:
+    """SHA-256 of the examples as JSON Lines in order (what ``training/game24/make_data.py`` writes)."""
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update((example_line(e) + "\n").encode())
+    return digest.hexdigest()
+
+
+def example_line(example: Example) -> str:
+    """One example as a JSON Lines record, without the newline."""
+    return json.dumps({"kind": example.kind, "prompt": example.prompt, "completion": example.completion})

@@ -1,7 +1,10 @@
 """The bundled Game of 24 puzzle list (``data/24.csv``, 1,362 puzzles, 0-based indices).
 
 The list is the Tree of Thoughts benchmark, ordered from easiest to hardest by human solving
-time; the standard test split is indices 900-999 (:data:`TEST_INDICES`).
+time; the standard test split is indices 900-999 (:data:`TEST_INDICES`). The validation range
+(:data:`VALIDATION_INDICES`) is the 50 puzzles either side of it, 850-899 and 1000-1049: the same
+difficulty (mean human solve rate 86.1% against 85.9%), also held out of the bundled model's
+training data (:mod:`.split`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from thoughttree.tasks.game24.arith import parse_number
 
 NUM_PUZZLES = 1362
 TEST_INDICES = range(900, 1000)
+VALIDATION_INDICES = (*range(850, 900), *range(1000, 1050))
 CSV_RESOURCE = "data/24.csv"
 
 
@@ -81,3 +85,19 @@ def _held_out_multisets() -> frozenset[tuple[int, ...]]:
 def is_held_out(puzzle: tuple[int, ...]) -> bool:
     """Whether ``puzzle`` is one of the standard test puzzles, in any order (``10 6 5 4`` is 900)."""
     return tuple(sorted(puzzle)) in _held_out_multisets()
+
+
+def validation_puzzles() -> list[tuple[int, ...]]:
+    """The validation puzzles, indices 850-899 and 1000-1049, in index order."""
+    puzzles = load_puzzles()
+    return [puzzles[i] for i in VALIDATION_INDICES]
+
+
+@functools.lru_cache(maxsize=1)
+def _validation_multisets() -> frozenset[tuple[int, ...]]:
+    return frozenset(tuple(sorted(p)) for p in validation_puzzles())
+
+
+def is_validation(puzzle: tuple[int, ...]) -> bool:
+    """Whether ``puzzle`` is one of the validation puzzles, in any order (``8 8 6 2`` is 850)."""
+    return tuple(sorted(puzzle)) in _validation_multisets()
