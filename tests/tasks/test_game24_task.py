@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from thoughttree.cli import main
 from thoughttree.commands.game24_run import Game24Run
+from thoughttree.tasks.game24.split import RANGES
 from thoughttree.tasks.game24.task import Game24, Game24Direct, Game24DirectConfig, as_puzzle, node_state
 from thoughttree.tree import ThoughtTree
 
@@ -176,8 +179,39 @@ def test_summary_says_which_puzzles_are_held_out_and_which_the_model_trained_on(
                  "--puzzle", "1 1 1 1", "--output", str(out)]) == 0
     assert "held-out test puzzles" in capsys.readouterr().out
     run = load_run(out)
-    assert run.totals["held_out_puzzles"] == 1 and run.totals["puzzles"] == 2
-    assert split_rows(run) == [("held-out test puzzles", "1 of 2 (900-999, in any order)"),
-                               ("in the model's training data", "1 of 2")]
+    assert run.totals["held_out_puzzles"] == 1 and run.totals["validation_puzzles"] == 0
+    assert run.totals["puzzles"] == 2
+    rows = [("held-out test puzzles", "1 of 2 (900-999, in any order)"),
+            ("validation puzzles", "0 of 2 (850-899 and 1000-1049, in any order)")]
+    assert split_rows(run) == [*rows, ("in the model's training data", "1 of 2")]
     run.meta["model"] = str(tmp_path)  # a model without training.json: nothing is known of its data
-    assert split_rows(run) == [("held-out test puzzles", "1 of 2 (900-999, in any order)")]
+    assert split_rows(run) == rows
+    # a model that records its held-out ranges: puzzle 850 is not in its data, 1049 is
+    (tmp_path / "training.json").write_text(json.dumps({"held_out": {"validation": [850], "test": [900]}}))
+    run.problems[0]["problem"], run.problems[1]["problem"] = "8 8 6 2", "2 5 5 7"
+    assert split_rows(run)[-1] == ("in the model's training data", "1 of 2")
+    held_out = {r.name: list(r.indices) for r in RANGES.values()}  # the split the bundled model is made with
+    (tmp_path / "training.json").write_text(json.dumps({"held_out": held_out}))
+    assert split_rows(run)[-1] == ("in the model's training data", "0 of 2")
+    (tmp_path / "training.json").write_text(json.dumps({"held_out": {"validation": "850-899"}}))
+    with pytest.raises(ValueError, match="held_out"):
+        split_rows(run)
+
+
+def test_a_run_on_a_held_out_range_is_labelled_with_it(tmp_path) -> None:
+    from thoughttree.commands.game24 import run_puzzles_label
+    from thoughttree.tasks.game24.split import VALIDATION
+    from thoughttree.tree.serialize import load_run
+
+    run = Game24Run(method="io", held_out="val")
+    assert [i for i, _ in run.problems()] == list(VALIDATION.indices)
+    with pytest.raises(ValueError, match="--range and --puzzle"):
+        Game24Run(held_out="val", puzzles=("4 5 6 10",))
+    with pytest.raises(ValueError, match="--range must be one of"):
+        Game24Run(held_out="train")
+    out = tmp_path / "run.json"
+    assert main(["game24", "--device", "cpu", "--method", "io", "--k", "1", "--puzzle", "8 8 6 2",
+                 "--puzzle", "3 3 5 12", "--output", str(out)]) == 0
+    run_file = load_run(out)
+    assert run_file.totals["validation_puzzles"] == 2 and run_file.totals["held_out_puzzles"] == 0
+    assert run_puzzles_label(run_file) == "2 given puzzles (validation)"

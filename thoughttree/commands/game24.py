@@ -17,6 +17,7 @@ from ..ranks import is_main_process
 from ..runner import Record, RunOptions, finish, is_partial
 from ..tasks.game24.dataset import training_roots
 from ..tasks.game24.puzzles import NUM_PUZZLES
+from ..tasks.game24.split import RANGES, TEST, VALIDATION, model_held_out
 from ..tasks.game24.steps import make_state
 from ..tasks.game24.task import VALUES, as_puzzle
 from ..tree import ThoughtTree, TreeError
@@ -41,6 +42,9 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--end", type=at_least(1), default=1000, help="one past the last puzzle index (default 1000)")
     p.add_argument("--puzzle", action="append", default=[], metavar="'A B C D'",
                    help="solve this puzzle instead of the index range (repeatable)")
+    p.add_argument("--range", choices=sorted(RANGES), dest="held_out",
+                   help=f"a held-out range instead of --start/--end: val (validation puzzles {VALIDATION.label}, "
+                        f"for choosing settings) or test ({TEST.label}, for reporting)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=Path, help="write the run file (trees, answers, success_rate) here, "
                                                "after every puzzle")
@@ -84,6 +88,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
     try:
         run = Game24Run(
             method=args.method, start=args.start, end=args.end, seed=args.seed, puzzles=tuple(args.puzzle),
+            held_out=args.held_out,
             max_tokens_per_problem=args.max_tokens_per_problem,
             prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"), **given,
         )
@@ -113,7 +118,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
 
 def summary_table(result: RunFile) -> Table:
     meta, run = result.totals, result.meta["run"]
-    which = f"{len(run['puzzles'])} given puzzles" if run["puzzles"] else f"puzzles {run['start']}..{run['end'] - 1}"
+    which = run_puzzles_label(result)
     table = Table(title=f"Game of 24, {which}, method {run['method']}",
                   title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("metric")
@@ -139,14 +144,36 @@ def summary_table(result: RunFile) -> Table:
     return table
 
 
+def run_puzzles_label(result: RunFile) -> str:
+    """Which puzzles a run searched, naming the held-out range when they are all from one."""
+    run, totals = result.meta["run"], result.totals
+    if run["puzzles"]:
+        which = f"{len(run['puzzles'])} given puzzles"
+    elif run.get("held_out"):
+        held_out = RANGES[run["held_out"]]
+        which = f"puzzles {held_out.label}"
+    else:
+        which = f"puzzles {run['start']}..{run['end'] - 1}"
+    count = totals.get("puzzles", 0)
+    if count and totals.get("held_out_puzzles") == count:
+        which += " (test)"
+    elif count and totals.get("validation_puzzles") == count:
+        which += " (validation)"
+    return which
+
+
 def split_rows(result: RunFile) -> list[tuple[str, str]]:
-    """How many of the run's puzzles are held-out test puzzles and, for a model whose ``training.json``
-    records how its data was made (the bundled one), how many were in that data."""
+    """How many of the run's puzzles are held-out test and validation puzzles and, for a model whose
+    ``training.json`` records how its data was made (the bundled one), how many were in that data."""
     held, puzzles = result.totals["held_out_puzzles"], result.totals["puzzles"]
-    rows = [("held-out test puzzles", f"{held} of {puzzles} (900-999, in any order)")]
+    rows = [("held-out test puzzles", f"{held} of {puzzles} ({TEST.label}, in any order)")]
+    if "validation_puzzles" in result.totals:  # run files written before the validation range lack it
+        rows.append(("validation puzzles",
+                     f"{result.totals['validation_puzzles']} of {puzzles} ({VALIDATION.label}, in any order)"))
     model = result.meta.get("model")
-    if model and (Path(model) / "training.json").is_file():
-        roots = set(training_roots())
+    held_out = model_held_out(model) if model else None
+    if held_out is not None:
+        roots = set(training_roots(held_out))
         seen = sum(make_state(as_puzzle(r["problem"])) in roots for r in result.problems if not is_partial(r))
         rows.append(("in the model's training data", f"{seen} of {puzzles}"))
     return rows

@@ -19,7 +19,8 @@ from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
 from ..tasks.evaluate import LogProb
 from ..tasks.game24.arith import check_answer, format_numbers
-from ..tasks.game24.puzzles import NUM_PUZZLES, is_held_out, load_puzzles
+from ..tasks.game24.puzzles import NUM_PUZZLES, is_held_out, is_validation, load_puzzles
+from ..tasks.game24.split import RANGES
 from ..tasks.game24.task import STYLES, VALUES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import ThoughtTree, derive_seed
 from ..tree.serialize import RunFile
@@ -51,6 +52,7 @@ class Game24Run:
     value: str | None = None  # "probs", "lookahead" (compact default) or "samples" (few-shot default)
     prompts: str = "compact"  # "compact" for the bundled model, "few_shot" for instruction-tuned models
     puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
+    held_out: str | None = None  # "val" or "test": that held-out range of puzzles instead of start..end
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
@@ -80,6 +82,10 @@ class Game24Run:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if len(set(self.puzzles)) != len(self.puzzles):
             raise ValueError("a --puzzle is given twice; give each puzzle once")
+        if self.held_out is not None and self.held_out not in RANGES:
+            raise ValueError(f"--range must be one of {', '.join(sorted(RANGES))}, got {self.held_out!r}")
+        if self.held_out is not None and self.puzzles:
+            raise ValueError("--range and --puzzle both choose the puzzles; give one of them")
         if self.rule not in ("uct", "puct"):
             raise ValueError(f"--rule must be 'uct' or 'puct', got {self.rule!r}")
         if self.max_tokens_per_problem is not None and self.max_tokens_per_problem < 1:
@@ -94,7 +100,8 @@ class Game24Run:
         if self.puzzles:
             return [(None, p) for p in self.puzzles]
         table = load_puzzles()
-        return [(i, format_numbers(table[i])) for i in range(self.start, self.end)]
+        indices = RANGES[self.held_out].indices if self.held_out is not None else range(self.start, self.end)
+        return [(i, format_numbers(table[i])) for i in indices]
 
     def task_and_strategy(self) -> tuple[Task, StrategyBase]:
         m = self.method
@@ -185,12 +192,14 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
 
 
 def game24_totals(records: Sequence[Record]) -> dict[str, Any]:
-    """Success rate over the finished puzzles, how many of them are held-out test puzzles (900-999,
-    in any order), and the mean share of correct samples for io/cot/bon."""
+    """Success rate over the finished puzzles, how many of them are held-out test puzzles (900-999)
+    and validation puzzles (850-899, 1000-1049), in any order, and the mean share of correct samples
+    for io/cot/bon."""
     solved = sum(bool(r["result"].get("correct")) for r in records)
     out: dict[str, Any] = {"success_rate": solved / len(records) if records else 0.0, "solved": solved,
                            "puzzles": len(records),
-                           "held_out_puzzles": sum(is_held_out(as_puzzle(r["problem"])) for r in records)}
+                           "held_out_puzzles": sum(is_held_out(as_puzzle(r["problem"])) for r in records),
+                           "validation_puzzles": sum(is_validation(as_puzzle(r["problem"])) for r in records)}
     accuracies = [r["result"]["sample_accuracy"] for r in records if "sample_accuracy" in r["result"]]
     if accuracies:
         out["average_sample_accuracy"] = sum(accuracies) / len(accuracies)
