@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
-from thoughttree.tasks.game24.dataset import DataConfig, generate_examples
+from thoughttree.tasks.game24.dataset import DataConfig, data_sha256, generate_examples
 from thoughttree.tasks.game24.formats import value_label
 from thoughttree.tasks.game24.steps import make_state
 
@@ -33,8 +34,25 @@ def test_train_writes_model_summary_and_data_hash(tmp_path, monkeypatch) -> None
     recorded = json.loads((out / "training.json").read_text())
     assert recorded["data_sha256"] == train.data_sha256(small) != train.data_sha256(small[:-1])
     assert recorded["split"].startswith("strict") and recorded["steps"] == 2
+    assert recorded["held_out"] == {"validation": [*range(850, 900), *range(1000, 1050)], "test": [*range(900, 1000)]}
     assert json.loads((tmp_path / "summary.json").read_text())["data_sha256"] == recorded["data_sha256"]
     assert (out / "model.safetensors").stat().st_size < 20 * 2**20
+
+
+def test_make_data_writes_the_examples_and_prints_their_hash(tmp_path, monkeypatch, capsys) -> None:
+    spec = importlib.util.spec_from_file_location("game24_make_data", TRAINING / "make_data.py")
+    assert spec is not None and spec.loader is not None
+    make_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_data)
+    small = generate_examples(DataConfig(kinds=("io",), solutions_per_puzzle=1, held_out=tuple(range(1200))))
+    monkeypatch.setattr(make_data, "generate_examples", lambda config: small)
+    out = tmp_path / "data.jsonl"
+    make_data.main(["--out", str(out)])
+    text = out.read_bytes()
+    assert [json.loads(line)["completion"] for line in text.splitlines()] == [e.completion for e in small]
+    printed = capsys.readouterr().out
+    assert f"sha256: {hashlib.sha256(text).hexdigest()}" in printed and data_sha256(small) in printed
+    assert "validation 850-899 and 1000-1049; test 900-999" in printed
 
 
 def test_gpu_run_script_rejects_bad_arguments() -> None:

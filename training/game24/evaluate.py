@@ -1,10 +1,11 @@
 """Held-out evaluation of the bundled Game of 24 model with transformers ``generate``.
 
-    PYTHONPATH=. python training/game24/evaluate.py --model thoughttree/models/game24 --out eval.json
+    PYTHONPATH=. python training/game24/evaluate.py --model thoughttree/models/game24 --range val --out eval_val.json
 
-Everything is measured on the test puzzles (indices 900-999) and the states reachable from
-them; none of their four- or three-number states is in the training data, but most of their
-two-number states are (see ``thoughttree.tasks.game24.split``):
+Everything is measured on one held-out range, ``--range val`` (the validation puzzles 850-899
+and 1000-1049, for choosing settings) or ``--range test`` (900-999, for reporting), and the
+states reachable from its puzzles; none of their four- or three-number states is in the training
+data, but most of their two-number states are (see ``thoughttree.tasks.game24.split``):
 
 - propose: share of greedy and sampled (T=1) completions that are valid steps, and share of
   those that keep 24 reachable;
@@ -35,8 +36,8 @@ from thoughttree.tasks.game24.formats import (
     VALUE_LABELS, VALUE_OF_LABEL, cot_prompt, io_prompt, parse_cot, parse_io, parse_propose,
     parse_value, path_answer, propose_prompt, value_label, value_prompt,
 )
-from thoughttree.tasks.game24.puzzles import held_out_puzzles
 from thoughttree.tasks.game24.solver import is_solvable
+from thoughttree.tasks.game24.split import HELD_OUT_INDICES, RANGES, model_held_out
 from thoughttree.tasks.game24.steps import State, Step, make_state
 
 
@@ -186,6 +187,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--range", choices=sorted(RANGES), required=True,
+                        help="held-out puzzles to measure on: val (850-899, 1000-1049) or test (900-999)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -197,23 +200,30 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     gen = Generator(args.model, args.device, args.batch_size, getattr(torch, args.dtype))
-    puzzles = held_out_puzzles()[:args.limit]
-    test_states = reachable_states([make_state(p) for p in puzzles])
-    seen = {s for group in training_states().values() for s in group}
+    held_out = RANGES[args.range]
+    puzzles = held_out.puzzles()[:args.limit]
+    range_states = reachable_states([make_state(p) for p in puzzles])
+    trained_held_out = model_held_out(args.model)  # None: a model that does not say what it was trained on
+    seen = {s for group in training_states(trained_held_out or HELD_OUT_INDICES).values() for s in group}
+    held_out_of_training = None if trained_held_out is None else set(held_out.indices) <= set(trained_held_out)
+    if held_out_of_training is False:
+        print(f"warning: {args.model}/training.json does not hold the {held_out.name} puzzles out of its training "
+              "data; these numbers are not held-out results", flush=True)
 
     def pick(group: list[State], n: int) -> list[State]:
         return rng.sample(group, min(n, len(group), args.limit or n))
 
-    two = [s for s in test_states[2] if is_solvable(s)]
-    three = [s for s in test_states[3] if is_solvable(s)]
-    propose_sets = {"4": pick(test_states[4], 100), "3": pick(test_states[3], 500),
-                    "3_reachable": pick(three, 300), "2": pick(test_states[2], 500),
+    two = [s for s in range_states[2] if is_solvable(s)]
+    three = [s for s in range_states[3] if is_solvable(s)]
+    propose_sets = {"4": pick(range_states[4], 100), "3": pick(range_states[3], 500),
+                    "3_reachable": pick(three, 300), "2": pick(range_states[2], 500),
                     "2_reachable": pick(two, 300)}
-    value_sets = {"4": pick(test_states[4], 100), "3": pick(test_states[3], 2000),
-                  "2": pick(test_states[2], 2000), "2_reachable": pick(two, 500)}
+    value_sets = {"4": pick(range_states[4], 100), "3": pick(range_states[3], 2000),
+                  "2": pick(range_states[2], 2000), "2_reachable": pick(two, 500)}
     report = {"model": str(args.model), "device": args.device, "dtype": args.dtype, "seed": args.seed,
-              "held_out": "puzzles 900-999 and the states reachable from them; two-number states may also be in "
-                          "the training data (value: unseen_n of n were not)",
+              "range": held_out.name, "puzzles": len(puzzles), "held_out_of_training": held_out_of_training,
+              "held_out": f"{held_out.name} puzzles {held_out.label} and the states reachable from them; two-number "
+                          "states may also be in the training data (value: unseen_n of n were not)",
               "propose": eval_propose(gen, propose_sets, samples=5),
               "value": eval_value(gen, value_sets, seen),
               "value_calibration": eval_calibration(gen, value_sets),

@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python training/game24/train.py --out thoughttree/models/game24 --steps 5000
 
-The model directory gets ``training.json`` (the held-out split, the training data's SHA-256,
-seed, steps, device), which the benchmark table reads to label its results.
+The model directory gets ``training.json`` (the held-out split: its description and the indices
+of the validation and test puzzles; the training data's SHA-256, seed, steps, device), which
+the benchmark table and the ``game24`` summary read to label their results.
 
 ``--time-budget-s`` instead of ``--steps`` times steps 150-200 (after every batch width has
 been seen once, so the first calls of each shape do not distort the estimate) and then fixes
@@ -16,7 +17,6 @@ The loss is taken on completion tokens (and the end-of-sequence token) only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import random
@@ -33,8 +33,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game24_tokenizer import build_tokenizer, save_tokenizer  # noqa: E402
 
-from thoughttree.tasks.game24.dataset import DataConfig, Example, generate_examples  # noqa: E402
-from thoughttree.tasks.game24.split import SPLIT_DESCRIPTION  # noqa: E402
+from thoughttree.tasks.game24.dataset import DataConfig, Example, data_sha256, generate_examples  # noqa: E402
+from thoughttree.tasks.game24.split import RANGES, SPLIT_DESCRIPTION  # noqa: E402
 
 MAX_POSITIONS = 256  # the context of the trained model and of its tokenizer
 IGNORE = -100
@@ -69,15 +69,6 @@ def encode(tokenizer: PreTrainedTokenizerFast, examples: list[Example],
         targets[row, len(p) - 1:len(seq) - 1] = seq[len(p):]
         lengths[row] = len(seq)
     return torch.from_numpy(ids), torch.from_numpy(targets), torch.from_numpy(lengths)
-
-
-def data_sha256(examples: list[Example]) -> str:
-    """SHA-256 of the examples as ``make_data.py`` writes them (JSON Lines, in order)."""
-    digest = hashlib.sha256()
-    for e in examples:
-        line = json.dumps({"kind": e.kind, "prompt": e.prompt, "completion": e.completion}) + "\n"
-        digest.update(line.encode())
-    return digest.hexdigest()
 
 
 def epoch_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -208,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(args.out)
     save_tokenizer(tokenizer, args.out)
-    summary = {"split": SPLIT_DESCRIPTION, "data_sha256": sha, "seed": args.seed, "steps": steps,
+    held_out = {r.name: list(r.indices) for r in RANGES.values()}
+    summary = {"split": SPLIT_DESCRIPTION, "held_out": held_out, "data_sha256": sha, "seed": args.seed, "steps": steps,
                "batch_size": args.batch_size, "lr": args.lr,
                "warmup": args.warmup, "weight_decay": args.weight_decay, "parameters": params,
                "examples": dict(counts), "epochs": epoch, "train_seconds": round(train_seconds, 1),
@@ -217,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     print("summary: " + json.dumps(summary), flush=True)
     if args.summary is not None:
         args.summary.write_text(json.dumps(summary, indent=2) + "\n")
-    training = {key: summary[key] for key in ("split", "data_sha256", "seed", "steps", "device", "train_seconds")}
+    keys = ("split", "held_out", "data_sha256", "seed", "steps", "device", "train_seconds")
+    training = {key: summary[key] for key in keys}
     (args.out / "training.json").write_text(json.dumps(training, indent=2) + "\n")
 
 
