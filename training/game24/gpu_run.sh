@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generate the data, train the bundled Game of 24 model and evaluate it, all into OUTDIR.
 #
-#   bash training/game24/gpu_run.sh OUTDIR           # one CUDA GPU: about 6 minutes on an H200
+#   bash training/game24/gpu_run.sh OUTDIR           # one CUDA GPU: 170 s of training, then two evaluations
 #   bash training/game24/gpu_run.sh OUTDIR --smoke   # CPU, a few steps: checks the pipeline only
 #
 # OUTDIR gets: train.log, train_summary.json (with the data's SHA-256), data_sha256.txt,
