@@ -162,7 +162,15 @@ class Transformer:
         return h
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
-        """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype)."""
-        out = self.gather(self._linear()(hidden, self.w["lm_head"]))
-        return out.float() if upcast else out
+    def logits(self, hidden: torch.Tensor, upcast: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype). ``out``: an
+        [R, vocab] tensor in the model's dtype to write them into (with ``upcast=False``)."""
+        linear = self._linear()
+        if out is None:
+            logits = self.gather(linear(hidden, self.w["lm_head"]))
+            return logits.float() if upcast else logits
+        if upcast:
+            raise ValueError("logits into a given tensor stay in the model's dtype (upcast=False)")
+        if linear is F.linear and self.gather is _same and hidden.shape[0] > 0:
+            return torch.mm(hidden, self.w["lm_head"].t(), out=out)  # the same product F.linear takes
+        return out.copy_(self.gather(linear(hidden, self.w["lm_head"])))
