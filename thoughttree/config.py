@@ -105,6 +105,9 @@ class RuntimeConfig:
     cuBLAS; at most 64); with ``projection_epilogues`` those projections also form the SiLU
     product, rotary + KV store, the residual add and RMSNorm themselves, so no small kernel
     runs between them (False launches those kernels instead; tokens can differ by a rounding).
+    With ``plan_ahead``, when half of a batch's branches are about to finish, the plan of the
+    rows that go on is built while the batch's last step runs on the device (False builds it
+    after that step's tokens are read; the tokens drawn are the same either way).
     """
 
     page_size: int = 16
@@ -116,6 +119,7 @@ class RuntimeConfig:
     collective_timeout_s: float = 300.0
     few_row_projections: int = 32
     projection_epilogues: bool = True
+    plan_ahead: bool = True
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

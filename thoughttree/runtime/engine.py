@@ -50,6 +50,7 @@ class EngineStats:
     graph_bytes: int = 0  # device memory held by them and their buffers
     graph_failures: int = 0  # captures that raised (their buckets run eagerly)
     plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
+    plans_ahead: int = 0  # of those, built while the step before ran and used
 
     @property
     def reuse_factor(self) -> float:
@@ -364,25 +365,41 @@ class Engine:
         queued step t+1 to forward it straight from the device; then it reads step t's draws and
         checks stops. A request found finished then has had one step too many: its draw is
         dropped, and the KV written for its last token is correct. Requests that finish by
-        length are known in advance and never get that extra step.
+        length are known in advance and never get that extra step. When the requests that go on
+        no longer keep the run (half of it finished), their next run is planned while step t
+        runs (``RuntimeConfig.plan_ahead``), and started once the draws are read if none of
+        them stopped at step t.
         """
         run: DecodeRun | None = None
+        ahead: DecodeRun | None = None  # the next run, planned while the last step of this one runs
         queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
         while queued is not None or still:
             if queued is None:
                 if run is None or not run.keeps(still):
-                    run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                    if ahead is not None and ahead.ids == still:
+                        run = ahead
+                        run.start()
+                        self.stats.plans_ahead += 1
+                    else:
+                        run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                ahead = None
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None
+            placed: set[int] = set()
             if go and run.keeps(go):
                 self._reserve([outs[i].segment for i in go])
                 queued = (go, run.launch(go, from_device=True))
+                placed = set(go)
                 self.stats.overlapped_steps += 1
+            elif go and self.runtime.plan_ahead:
+                self._reserve([outs[i].segment for i in go])  # the slots of the tokens step t draws
+                placed = set(go)
+                ahead = DecodeRun(self, go, [requests[i] for i in go], [outs[i].segment for i in go], start=False)
             tokens, logprobs = run.collect(ticket, rows)
-            self._take(rows, tokens, logprobs, outs, placed=set(go) if queued else set())
+            self._take(rows, tokens, logprobs, outs, placed=placed)
             still = self._still_active(rows, outs, ends)
             if queued is not None:
                 kept = set(still)
