@@ -13,7 +13,8 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_add_norm, linear_rope_store, linear_silu_mul
+from ..kernels.linear import MAX_ROWS, dense_into, linear_add_norm, linear_rope_store, linear_silu_mul
+from ..kernels.linear import linear as few_row_linear
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -171,6 +172,8 @@ class Transformer:
             return logits.float() if upcast else logits
         if upcast:
             raise ValueError("logits into a given tensor stay in the model's dtype (upcast=False)")
-        if linear is F.linear and self.gather is _same and hidden.shape[0] > 0:
-            return torch.mm(hidden, self.w["lm_head"].t(), out=out)  # the same product F.linear takes
-        return out.copy_(self.gather(linear(hidden, self.w["lm_head"])))
+        if self.gather is not _same:  # a tensor-parallel rank gathers the vocabulary's parts into a new tensor
+            return out.copy_(self.gather(linear(hidden, self.w["lm_head"])))
+        if linear is F.linear:
+            return dense_into(hidden, self.w["lm_head"], None, out)
+        return linear(hidden, self.w["lm_head"], out=out)
