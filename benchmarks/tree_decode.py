@@ -17,7 +17,8 @@ step / floor, with the floor defined once for every benchmark (:mod:`floor`): th
 byte floor (weights plus each unique KV token read once, at the copy bandwidth) and the FLOP
 floor (the step's matmul and attention FLOPs at the bf16 matmul rate), both rates measured in the
 same run; which of the two bounds the row and both floors, the GPU time of one step (a replay of
-its graph timed with CUDA events) and the host time per step (step minus GPU time), decode tokens/s and speed-ups against transformers.
+its graph timed with CUDA events) and the host time per step (step minus GPU time), decode
+tokens/s and speed-ups against transformers.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def main() -> None:
                   f"heads={args.heads}/{args.kv_heads} inter={args.intermediate} vocab={args.vocab}, bf16, random weights",
                   title_justify="left")
     for col in ("prompt", "branches×tokens", "backend", "prefill s", "decode s", "ms/step", "floor ms", "step/floor",
-                "bound by", "byte floor ms", "FLOP floor ms", "GPU ms/step", "host ms/step", "decode tok/s", "vs transformers"):
+                "bound by", "byte floor ms", "FLOP floor ms", "GPU ms/step", "host ms/step", "decode tok/s",
+                "vs transformers"):
         table.add_column(col, justify="right")
     backends = (("thoughttree deft", "deft", True), ("thoughttree deft, eager steps", "deft", False),
                 ("thoughttree per_sequence", "per_sequence", True))
@@ -197,14 +199,16 @@ def main() -> None:
         base = rows["transformers generate"][1]
         for name, (pre, dec, gpu) in rows.items():
             if dec != dec:
-                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, "out of memory" if model else "not run", *[""] * 11)
+                note = "out of memory" if model else "not run"
+                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, note, *[""] * 11)
                 continue
             step = dec / tokens
             host = f"{1000 * (step - gpu):.2f}" if gpu == gpu else "–"
             table.add_row(
                 str(prompt_len), f"{branches}×{tokens}", name, f"{pre:.3f}", f"{dec:.3f}", f"{1000 * step:.2f}",
-                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", rates.bound(nbytes, flops), f"{1000 * rates.byte_floor_s(nbytes):.2f}",
-                f"{1000 * rates.flop_floor_s(flops):.2f}", f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
+                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", rates.bound(nbytes, flops),
+                f"{1000 * rates.byte_floor_s(nbytes):.2f}", f"{1000 * rates.flop_floor_s(flops):.2f}",
+                f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
                 f"{branches * tokens / dec:,.0f}", f"{base / dec:.2f}×" if base == base else "–",
             )
         table.add_section()

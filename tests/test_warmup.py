@@ -19,7 +19,8 @@ def test_the_cache_defaults_to_the_user_cache_directory_and_keeps_one_that_is_se
     assert default_cache_dir({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/h"}) == tmp_path / "thoughttree" / "triton"
     assert default_cache_dir({"HOME": "/h"}) == Path("/h/.cache/thoughttree/triton")
     env = {"HOME": "/h", CACHE_ENV: ""}
-    assert use_persistent_cache(env) == Path("/h/.cache/thoughttree/triton") and env[CACHE_ENV] == "/h/.cache/thoughttree/triton"
+    assert use_persistent_cache(env) == Path("/h/.cache/thoughttree/triton")
+    assert env[CACHE_ENV] == "/h/.cache/thoughttree/triton"
     env = {"HOME": "/h", CACHE_ENV: str(tmp_path)}
     assert use_persistent_cache(env) == tmp_path and env[CACHE_ENV] == str(tmp_path)
 
@@ -47,16 +48,17 @@ def test_warm_up_runs_each_batch_and_leaves_the_pool_empty(tiny_model_dir) -> No
 def test_the_command_on_the_cpu_says_it_has_nothing_to_do(capsys, monkeypatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert main(["warmup", "--device", "cpu"]) == 0
-    assert capsys.readouterr().out == "warmup: nothing to compile on the CPU (its steps run PyTorch, not Triton kernels); nothing done\n"
+    said = capsys.readouterr().out
+    assert said == "warmup: nothing to compile on the CPU (its steps run PyTorch, not Triton kernels); nothing done\n"
 
 
 def test_the_command_warms_each_batch_size_given(tiny_model_dir, capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    code = main(["warmup", "--model", str(tiny_model_dir), "--device", "cpu", "--dtype", "float16", "--attention", "deft",
-                 "--branches", "1,2", "--prompt-tokens", "12", "--tokens", "2"])
+    code = main(["warmup", "--model", str(tiny_model_dir), "--device", "cpu", "--dtype", "float16",
+                 "--attention", "deft", "--branches", "1,2", "--prompt-tokens", "12", "--tokens", "2"])
     out = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert [line.split(":")[1] for line in out[:2]] == [" 1 branches on a 12-token prompt", " 2 branches on a 12-token prompt"]
+    assert [line.split(":")[1] for line in out[:2]] == [f" {n} branches on a 12-token prompt" for n in (1, 2)]
     assert out[2].startswith("warmup: cpu with deft attention compiles no Triton kernels")
     with pytest.raises(SystemExit) as exit_:
         main(["warmup", "--branches", "2,x"])

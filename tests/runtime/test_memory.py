@@ -19,14 +19,16 @@ WEIGHTS = 16 * GIB
 
 
 def _plan(free: int, **kwargs):
-    return plan_memory(LLAMA3_8B, itemsize=2, page_size=16, free_bytes=free, graph_max_rows=512, device="cuda:0", **kwargs)
+    return plan_memory(LLAMA3_8B, itemsize=2, page_size=16, free_bytes=free, graph_max_rows=512, device="cuda:0",
+                       **kwargs)
 
 
 def test_the_workspace_holds_the_shared_logits_buffer_and_the_largest_steps() -> None:
     work = workspace_bytes(LLAMA3_8B, 2, 512, 60 * GIB)
     logits = 512 * 128256 * 2
     assert logits + 512 * 128256 * 4 + MIN_HEADROOM + int(0.05 * 60 * GIB) - MIN_HEADROOM < work < 8 * GIB
-    assert workspace_bytes(LLAMA3_8B, 2, 2048, 60 * GIB) == workspace_bytes(LLAMA3_8B, 2, 1024, 60 * GIB)  # graphs stop at 1024 rows
+    # Graphs stop at 1024 rows.
+    assert workspace_bytes(LLAMA3_8B, 2, 2048, 60 * GIB) == workspace_bytes(LLAMA3_8B, 2, 1024, 60 * GIB)
     assert workspace_bytes(LLAMA3_8B, 2, 64, 60 * GIB) < work
 
 
@@ -44,7 +46,8 @@ def test_a_small_gpu_gives_the_pool_all_the_room_left_and_fails_clearly_below_on
     one_path = 8192 // 16 * PAGE  # 1 GiB: one path of the full 8k context
     free = work + one_path + one_path // 2
     assert _plan(free).num_pages == (free - workspace_bytes(LLAMA3_8B, 2, 512, free)) // PAGE
-    with pytest.raises(NotEnoughMemory, match=r"cuda:0 has 0\.96 GiB free after the weights; the steps' buffers need 1\.93 GiB and a KV pool "):
+    message = r"cuda:0 has 0\.96 GiB free after the weights; the steps' buffers need 1\.93 GiB and a KV pool "
+    with pytest.raises(NotEnoughMemory, match=message):
         _plan(work // 2 + 1)
 
 
@@ -56,7 +59,8 @@ def test_a_pool_asked_for_must_fit_beside_the_workspace() -> None:
     assert _plan(free, kv_memory_bytes=24 * GIB).num_pages == 24 * GIB // PAGE
     with pytest.raises(NotEnoughMemory, match=rf"num_pages={room + 1}.*ask for at most {room} pages"):
         _plan(free, num_pages=room + 1)
-    with pytest.raises(NotEnoughMemory, match=r"kv_memory_bytes=85899345920: 80\.00 GiB\) does not fit on cuda:0: 64\.00 GiB free"):
+    message = r"kv_memory_bytes=85899345920: 80\.00 GiB\) does not fit on cuda:0: 64\.00 GiB free"
+    with pytest.raises(NotEnoughMemory, match=message):
         _plan(free, kv_memory_bytes=80 * GIB)
     # A few pages asked for on a nearly full GPU are fine: the check is against the room, not one path.
     assert _plan(work + 10 * PAGE, num_pages=8).num_pages == 8

@@ -53,9 +53,8 @@ def test_a_plan_made_ahead_is_dropped_when_a_branch_stops_in_that_step(lm) -> No
     (ref,) = probe.expand([probe.root], n=1, sampling=Sampling(max_tokens=2, temperature=0, ignore_eos=True))[0]
     probe.release_kv()
     assert ref.tokens[0] != ref.tokens[1]
-    samplings = [Sampling(max_tokens=2, ignore_eos=True)] * 4 + [
-        Sampling(max_tokens=5, ignore_eos=True), Sampling(max_tokens=5, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[1],)),
-    ]
+    stops = Sampling(max_tokens=5, temperature=0, ignore_eos=True, stop_token_ids=(ref.tokens[1],))
+    samplings = [Sampling(max_tokens=2, ignore_eos=True)] * 4 + [Sampling(max_tokens=5, ignore_eos=True), stops]
     on, ahead = _decode(lm, samplings, True)
     off, after = _decode(lm, samplings, False)
     assert on == off and on[5][2] == "stop" and len(on[5][0]) == 2

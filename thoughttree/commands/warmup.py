@@ -44,7 +44,8 @@ def run_warmup(args: argparse.Namespace) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1" and args.attention in ("auto", "reference"):
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.startswith("cpu") and not interpreted and args.attention in ("auto", "reference"):
         print("warmup: nothing to compile on the CPU (its steps run PyTorch, not Triton kernels); nothing done")
         return 0
     lm = load_model(args.model, device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout)

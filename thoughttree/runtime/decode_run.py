@@ -74,7 +74,8 @@ class DecodeRun:
         buffers (device work: the steps of the run before, whose buffers these are, must have
         been launched)."""
         engine, work = self.engine, self.work
-        self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)
+        need = Capacity.needed(work, len(self.requests), len(work.host.shapes))
+        self.arena = engine.arena_for(need, work.host.shapes)
         self.arena.load(work, len(self.requests))
         r = len(self.requests)
         self.arena.temperature[:r] = torch.tensor([q.sampling.temperature for q in self.requests], dtype=torch.float32)

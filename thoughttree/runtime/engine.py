@@ -309,7 +309,8 @@ class Engine:
         of their own."""
         rows = row_bucket(max(1, min(self.runtime.graph_max_rows, 1024)))
         if self._logits is None or self._logits.shape[0] < rows:
-            self._logits = torch.empty(rows, self.model.cfg.vocab_size, dtype=self.model.dtype, device=self.model.device)
+            m = self.model
+            self._logits = torch.empty(rows, m.cfg.vocab_size, dtype=m.dtype, device=m.device)
         return self._logits
 
     @_on_model_device

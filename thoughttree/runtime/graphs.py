@@ -193,7 +193,8 @@ class DecodeArena:
         """Device bytes of its buffers, the engine's shared logits buffer included."""
         w = self.work
         shared = () if self.logits is None else (self.logits,)
-        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse, *shared))
+        held = (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse, *shared)
+        return sum(t.numel() * t.element_size() for t in held)
 
     def load(self, work: DecodeWork, rows: int) -> None:
         """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""
