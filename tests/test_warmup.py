@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from thoughttree import LM, RuntimeConfig
 from thoughttree.cli import main
@@ -54,12 +55,17 @@ def test_the_command_on_the_cpu_says_it_has_nothing_to_do(capsys, monkeypatch) -
 
 def test_the_command_warms_each_batch_size_given(tiny_model_dir, capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    code = main(["warmup", "--model", str(tiny_model_dir), "--device", "cpu", "--dtype", "float16",
+    device, dtype = ("cuda", "bfloat16") if torch.cuda.is_available() else ("cpu", "float16")  # the CPU interprets
+    code = main(["warmup", "--model", str(tiny_model_dir), "--device", device, "--dtype", dtype,
                  "--attention", "deft", "--branches", "1,2", "--prompt-tokens", "12", "--tokens", "2"])
     out = capsys.readouterr().out.splitlines()
     assert code == 0
     assert [line.split(":")[1] for line in out[:2]] == [f" {n} branches on a 12-token prompt" for n in (1, 2)]
-    assert out[2].startswith("warmup: cpu with deft attention compiles no Triton kernels")
+    if device == "cuda":
+        assert out[2].startswith("warmup: kernels compiled for cuda") and f"are kept in {tmp_path}" in out[2]
+        assert any(tmp_path.rglob("*")), "nothing was compiled into the cache"
+    else:
+        assert out[2].startswith("warmup: cpu with deft attention compiles no Triton kernels")
     with pytest.raises(SystemExit) as exit_:
         main(["warmup", "--branches", "2,x"])
     assert exit_.value.code == 2 and "expected branch counts like 1,4,16, got '2,x'" in capsys.readouterr().err
