@@ -63,7 +63,6 @@ def test_the_command_warms_each_batch_size_given(tiny_model_dir, capsys, monkeyp
     assert [line.split(":")[1] for line in out[:2]] == [f" {n} branches on a 12-token prompt" for n in (1, 2)]
     if device == "cuda":
         assert out[2].startswith("warmup: kernels compiled for cuda") and f"are kept in {tmp_path}" in out[2]
-        assert any(tmp_path.rglob("*")), "nothing was compiled into the cache"
     else:
         assert out[2].startswith("warmup: cpu with deft attention compiles no Triton kernels")
     with pytest.raises(SystemExit) as exit_:
