@@ -41,14 +41,19 @@ def test_the_default_pool_takes_a_share_of_what_the_workspace_leaves(total: int)
     assert plan.kv_bytes + plan.workspace_bytes < free
 
 
-def test_a_small_gpu_gives_the_pool_all_the_room_left_and_fails_clearly_below_one_path() -> None:
+def test_a_small_gpu_gives_the_pool_all_the_room_left_and_fails_clearly_without_room_for_the_steps() -> None:
     work = workspace_bytes(LLAMA3_8B, 2, 512, 3 * GIB)
     one_path = 8192 // 16 * PAGE  # 1 GiB: one path of the full 8k context
     free = work + one_path + one_path // 2
     assert _plan(free).num_pages == (free - workspace_bytes(LLAMA3_8B, 2, 512, free)) // PAGE
-    message = r"cuda:0 has 0\.96 GiB free after the weights; the steps' buffers need 1\.93 GiB and a KV pool "
+    free = work + one_path // 4  # less than one path: the pool still takes what there is
+    assert _plan(free).num_pages == (free - workspace_bytes(LLAMA3_8B, 2, 512, free)) // PAGE > 0
+    free = work // 2
+    need = workspace_bytes(LLAMA3_8B, 2, 512, free)
+    message = (rf"cuda:0 has {free / GIB:.2f} GiB free after the weights; the steps' buffers need {need / GIB:.2f} GiB "
+               r"and a KV pool for one path of the full context \(8192 tokens\) 1\.00 GiB")
     with pytest.raises(NotEnoughMemory, match=message):
-        _plan(work // 2 + 1)
+        _plan(free)
 
 
 def test_a_pool_asked_for_must_fit_beside_the_workspace() -> None:

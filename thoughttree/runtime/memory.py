@@ -16,7 +16,7 @@ from .model_config import ModelConfig
 
 KV_SHARE = 0.5  # of the free memory left after the workspace, when the pool's size is not given
 HEADROOM_SHARE = 0.05  # of the free memory, kept for the allocator's fragmentation and libraries
-MIN_HEADROOM = 1 << 30
+MIN_HEADROOM = 256 << 20
 EAGER_ROWS = 4096  # rows of the largest eager forward the workspace is sized for (a prefill's)
 GRAPH_ROW_LIMIT = 1024  # the largest bucket a decode-buffer graph is captured for
 
@@ -76,9 +76,12 @@ def plan_memory(
 ) -> MemoryPlan:
     """The KV pool's pages on a device with ``free_bytes`` free (weights already loaded).
 
-    Given ``num_pages`` or ``kv_memory_bytes``, that pool must fit beside the workspace; else the
-    pool takes :data:`KV_SHARE` of what the workspace leaves. Either way it must hold at least
-    one path of the model's full context. Raises :class:`NotEnoughMemory` naming the sizes.
+    Given ``num_pages`` or ``kv_memory_bytes``, that pool must fit beside the workspace. Else the
+    pool takes :data:`KV_SHARE` of what the workspace leaves, or all of it where that share
+    would not hold one path of the model's full context (a small GPU, or one that other pools
+    fill: a pool too small for a search fails it with ``KVPoolExhausted``, which says so, not
+    with an out-of-memory error); the workspace itself must fit. Raises
+    :class:`NotEnoughMemory` naming the sizes.
     """
     hkv = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
     page = 2 * cfg.num_layers * page_size * hkv * cfg.head_dim * itemsize
@@ -99,7 +102,7 @@ def plan_memory(
             f"of which the steps' buffers need {_gib(work)}; ask for at most {max(0, room) // page} pages "
             f"(RuntimeConfig(num_pages=...)), free GPU memory, or lower RuntimeConfig.graph_max_rows"
         )
-    if pages < 1 or (not asked and pages < one_path):
+    if pages < 1:
         raise NotEnoughMemory(
             f"{device} has {_gib(free_bytes)} free after the weights; the steps' buffers need {_gib(work)} and a KV "
             f"pool for one path of the full context ({cfg.max_context} tokens) {_gib(one_path * page)}. Free GPU "
