@@ -89,7 +89,9 @@ class RuntimeConfig:
 
     The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
-    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB). ``attention`` picks the tree-attention backend:
+    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB).
+    On CUDA the pool is sized after room for the steps' buffers, and a pool asked for that does not
+    fit beside them fails while loading (``runtime.memory.NotEnoughMemory``, a ValueError). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
     kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
