@@ -36,7 +36,8 @@ if not torch.cuda.is_available():  # the smoke run: Triton decides at decoration
 
 from tree_baselines import flex_tree, sdpa_gathered  # noqa: E402
 from tree_flashinfer_run import FLASHINFER_BACKENDS, TOLERANCE, WORKSPACE_BYTES, best, failed, load_flashinfer, time_rows, warm_up  # noqa: E402
-from tree_timing import Timer, config_label, host_probe, median_ms, roofs  # noqa: E402
+from floor import measure_roofs  # noqa: E402
+from tree_timing import Timer, config_label, host_probe, median_ms  # noqa: E402
 from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, TREES, Workload, make_plan, node_slot_arrays, unique_bytes_and_flops  # noqa: E402
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
@@ -136,9 +137,9 @@ def main() -> int:
     name = torch.cuda.get_device_properties(0).name if dev.type == "cuda" else "CPU (Triton interpreter)"
     console.print(f"device: {name}; torch {torch.__version__}, triton {triton.__version__}")
     console.print("command: PYTHONPATH=. python3 " + " ".join(sys.argv))
-    rates = roofs(dev)
+    rates = measure_roofs(dev)
     if rates:
-        console.print(f"roofs measured now: copy {rates[0] / 1e12:.2f} TB/s, bf16 matmul {rates[1] / 1e12:.0f} TFLOP/s")
+        console.print(rates.describe())
     fi_names = [b for b in args.chosen if b in FLASHINFER_BACKENDS]
     fi, fi_note = load_flashinfer(dev) if fi_names else (None, "not run (--backends)")
     console.print(f"FlashInfer: {fi_note}")
@@ -202,7 +203,7 @@ def main() -> int:
         nbytes, flops = unique_bytes_and_flops(plan)
         speed = seq / ours
         if rates:
-            floor = max(nbytes / rates[0], flops / rates[1]) * 1e6
+            floor = rates.floor_s(nbytes, flops) * 1e6
             frac = floor / ours
             ok = frac >= 0.5 and (not w.star_16k or speed >= 3.0)
             target = "met" if ok else ("miss: %.0f%% of floor" % (100 * frac) if frac < 0.5 else "miss: %.1f× < 3×" % speed)

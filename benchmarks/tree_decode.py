@@ -12,12 +12,13 @@ initialised Llama-family model of a chosen shape (weights do not change the work
     python benchmarks/tree_decode.py [--shape llama3-8b | --layers 16 --hidden 2048 ...]
     torchrun --nproc-per-node 2 benchmarks/tree_decode.py --tensor-parallel 2 --shape llama3-8b
 
-Prints a table per workload: prefill and decode seconds, ms per step, the floor per step
-(weights plus each unique KV token read once, at the copy bandwidth measured in the same run),
-step / floor, the FLOP floor (the step's matmul and attention FLOPs at the bf16 matmul rate
-measured in the same run: above the byte floor where many branches share a long prompt), the
-GPU time of one step (a replay of its graph timed with CUDA events) and the
-host time per step (step minus GPU time), decode tokens/s and speed-ups against transformers.
+Prints a table per workload: prefill and decode seconds, ms per step, the floor per step and
+step / floor, with the floor defined once for every benchmark (:mod:`floor`): the larger of the
+byte floor (weights plus each unique KV token read once, at the copy bandwidth) and the FLOP
+floor (the step's matmul and attention FLOPs at the bf16 matmul rate), both rates measured in the
+same run; which of the two bounds the row and both floors, the GPU time of one step (a replay of
+its graph timed with CUDA events) and the host time per step (step minus GPU time), decode
+tokens/s and speed-ups against transformers.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tree_timing import roofs  # noqa: E402
+from floor import measure_roofs  # noqa: E402
 
 SHAPES = {
     "default": dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192, vocab=32000),
@@ -81,16 +82,10 @@ def sync_time() -> float:
 
 
 def copy_bandwidth() -> float:
-    """Bytes per second of a 4 GiB device-to-device copy (read + write), best of 5."""
-    a = torch.empty(1 << 30, dtype=torch.float32, device="cuda")
-    b = torch.empty_like(a)
-    best = float("inf")
-    for _ in range(5):
-        t0 = sync_time()
-        b.copy_(a)
-        best = min(best, sync_time() - t0)
-    del a, b
-    return 2 * (4 << 30) / best
+    """Bytes per second of a device-to-device copy (read + write): the copy roof of :mod:`floor`."""
+    rates = measure_roofs(torch.device("cuda"))
+    assert rates is not None
+    return rates.copy_bytes_per_s
 
 
 def step_gpu_seconds(lm: LM, replays: int = 10) -> float:
@@ -161,9 +156,9 @@ def main() -> None:
     console = Console(width=200)
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")
     console.print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
-    bandwidth = copy_bandwidth()
-    matmul_rate = roofs(torch.device("cuda"))[1]
-    console.print(f"copy bandwidth measured: {bandwidth / 1e12:.2f} TB/s, bf16 matmul: {matmul_rate / 1e12:.0f} TFLOP/s")
+    rates = measure_roofs(torch.device("cuda"))
+    assert rates is not None
+    console.print(rates.describe())
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as tmp:
         build_model(Path(tmp), args)
@@ -178,17 +173,18 @@ def main() -> None:
                   f"heads={args.heads}/{args.kv_heads} inter={args.intermediate} vocab={args.vocab}, bf16, random weights",
                   title_justify="left")
     for col in ("prompt", "branches×tokens", "backend", "prefill s", "decode s", "ms/step", "floor ms", "step/floor",
-                "FLOP floor ms", "GPU ms/step", "host ms/step", "decode tok/s", "vs transformers"):
+                "bound by", "byte floor ms", "FLOP floor ms", "GPU ms/step", "host ms/step", "decode tok/s",
+                "vs transformers"):
         table.add_column(col, justify="right")
     backends = (("thoughttree deft", "deft", True), ("thoughttree deft, eager steps", "deft", False),
                 ("thoughttree per_sequence", "per_sequence", True))
     for prompt_len, branches, tokens in workloads:
         prompt = [1] + [(17 * i + 5) % args.vocab for i in range(prompt_len - 1)]
         unique = prompt_len + branches * (tokens + 1) / 2  # mean unique KV tokens per step
-        floor = (weight_bytes + unique * kv_token_bytes) / bandwidth
+        nbytes = weight_bytes + unique * kv_token_bytes
         seen = prompt_len + (tokens + 1) / 2  # mean keys a query attends to per step
         flops = branches * (2 * matmul_params + 4 * args.layers * args.heads * (args.hidden // args.heads) * seen)
-        flop_floor = flops / matmul_rate
+        floor = rates.floor_s(nbytes, flops)
         rows = {}
         for name, backend, graphs in backends:
             ours(lm, backend, graphs, prompt, branches, tokens)  # compiles kernels, captures graphs
@@ -203,13 +199,16 @@ def main() -> None:
         base = rows["transformers generate"][1]
         for name, (pre, dec, gpu) in rows.items():
             if dec != dec:
-                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, "out of memory" if model else "not run", *[""] * 9)
+                note = "out of memory" if model else "not run"
+                table.add_row(str(prompt_len), f"{branches}×{tokens}", name, note, *[""] * 11)
                 continue
             step = dec / tokens
             host = f"{1000 * (step - gpu):.2f}" if gpu == gpu else "–"
             table.add_row(
                 str(prompt_len), f"{branches}×{tokens}", name, f"{pre:.3f}", f"{dec:.3f}", f"{1000 * step:.2f}",
-                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", f"{1000 * flop_floor:.2f}", f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
+                f"{1000 * floor:.2f}", f"{step / floor:.2f}×", rates.bound(nbytes, flops),
+                f"{1000 * rates.byte_floor_s(nbytes):.2f}", f"{1000 * rates.flop_floor_s(flops):.2f}",
+                f"{1000 * gpu:.2f}" if gpu == gpu else "–", host,
                 f"{branches * tokens / dec:,.0f}", f"{base / dec:.2f}×" if base == base else "–",
             )
         table.add_section()

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import triton
 
+from floor import measure_roofs
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -95,31 +97,10 @@ def timed(fn: Callable[[], object], reps: int, device: torch.device) -> tuple[fl
 
 
 def roofs(device: torch.device) -> tuple[float, float] | None:
-    """(copy bandwidth bytes/s counting read + write, bf16 matmul FLOP/s) measured now; None on CPU."""
-    if device.type != "cuda":
-        return None
-
-    def best(fn: Callable[[], object], reps: int = 10) -> float:
-        fn()
-        out = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) * 1e-3)
-        return min(out)
-
-    src = torch.empty(2**30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    copy = 2 * src.numel() / best(lambda: dst.copy_(src))
-    del src, dst
-    n = 8192
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    mm = 2 * n**3 / best(lambda: a @ b)
-    return copy, mm
+    """(copy bandwidth bytes/s counting read + write, bf16 matmul FLOP/s) measured now; None on
+    CPU (:func:`floor.measure_roofs`)."""
+    measured = measure_roofs(device)
+    return None if measured is None else (measured.copy_bytes_per_s, measured.matmul_flops_per_s)
 
 
 def changed_fields(config: object) -> dict[str, object]:

@@ -89,7 +89,9 @@ class RuntimeConfig:
 
     The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
-    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB). ``attention`` picks the tree-attention backend:
+    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB).
+    On CUDA the pool is sized after room for the steps' buffers, and a pool asked for that does not
+    fit beside them fails while loading (``runtime.memory.NotEnoughMemory``, a ValueError). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
     kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
@@ -105,6 +107,9 @@ class RuntimeConfig:
     cuBLAS; at most 64); with ``projection_epilogues`` those projections also form the SiLU
     product, rotary + KV store, the residual add and RMSNorm themselves, so no small kernel
     runs between them (False launches those kernels instead; tokens can differ by a rounding).
+    With ``plan_ahead``, when half of a batch's branches are about to finish, the plan of the
+    rows that go on is built while the batch's last step runs on the device (False builds it
+    after that step's tokens are read; the tokens drawn are the same either way).
     """
 
     page_size: int = 16
@@ -116,6 +121,7 @@ class RuntimeConfig:
     collective_timeout_s: float = 300.0
     few_row_projections: int = 32
     projection_epilogues: bool = True
+    plan_ahead: bool = True
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

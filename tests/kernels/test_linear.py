@@ -61,6 +61,21 @@ def test_rows_of_a_wider_tensor_and_no_rows() -> None:
     assert few.few_rows_linear(x[:0], w, None, SMALL[0]).shape == (0, 40)
 
 
+def test_products_written_into_a_given_tensor_equal_fresh_ones(monkeypatch) -> None:
+    x, w, b = _inputs(5, 96, 40, torch.float16, 3)
+    out = torch.full((5, 40), 7.0, dtype=torch.float16, device=DEV)
+    fresh = few.few_rows_linear(x, w, b, SMALL[0])
+    assert few.few_rows_linear(x, w, b, SMALL[0], out=out) is out and torch.equal(out, fresh)
+    with pytest.raises(ValueError, match=r"out must be a contiguous \(5, 40\) torch.float16 tensor"):
+        few.few_rows_linear(x, w, b, SMALL[0], out=out[:, :20])
+    monkeypatch.setattr(few, "MIN_PROGRAMS", 1)
+    for rows, bias in ((5, None), (5, b), (40, None), (40, b)):  # the kernel's rows, then cuBLAS's
+        xs = torch.randn(rows, 96, dtype=torch.float16, generator=torch.Generator().manual_seed(rows)).to(DEV)
+        into = torch.empty(rows, 40, dtype=torch.float16, device=DEV)
+        assert few.linear(xs, w, bias, max_rows=8, out=into) is into
+        assert torch.equal(into, few.linear(xs, w, bias, max_rows=8))
+
+
 def test_bad_inputs_name_the_problem() -> None:
     x, w, b = _inputs(4, 96, 40, torch.float32, 1)
     with pytest.raises(ValueError, match="agree on K and N"):

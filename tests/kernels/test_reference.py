@@ -87,3 +87,21 @@ def test_unknown_backend_and_shape_errors() -> None:
         tree_attention(torch.randn(1, 3, 8), k_cache, v_cache, plan, backend="reference")
     with pytest.raises(ValueError, match="rows"):
         tree_attention(torch.randn(2, 2, 8), k_cache, v_cache, plan, backend="reference")
+
+
+def test_reference_in_chunks_of_query_rows_equals_all_rows_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tree_cases import build, low_precision_attention
+
+    from thoughttree.kernels import reference
+
+    parents, lengths = [-1] + [0] * 9 + [3], [300] + [7] * 9 + [11]
+    q, k, v, plan = build(parents, lengths, list(range(1, 11)) * 2, None, h_q=4, h_kv=2, d=16, page_size=4,
+                          dtype=torch.float32, device="cpu")
+    whole = tree_attention(q, k, v, plan, backend="reference")
+    low = low_precision_attention(q, k, v, plan)
+    assert reference.query_chunks(20, 1000, 3000) == [slice(a, min(a + 3, 20)) for a in range(0, 20, 3)]
+    assert reference.query_chunks(2, 10**9, 1) == [slice(0, 1), slice(1, 2)]
+    monkeypatch.setattr(reference, "CHUNK_BYTES", 3 * 311 * 2 * 16 * 4)  # three rows of keys a chunk
+    assert len(reference.query_chunks(20, 311 * 2 * 16 * 4)) == 7
+    torch.testing.assert_close(tree_attention(q, k, v, plan, backend="reference"), whole, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(low_precision_attention(q, k, v, plan), low, rtol=1e-6, atol=1e-6)

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from thoughttree.kernels import TreePlan, plan_tree_attention, tree_attention
+from thoughttree.kernels.reference import query_chunks
 
 
 def tree_shape(kind: str, rng: np.random.Generator, lengths: tuple[int, ...] = (1, 17, 37, 97)) -> tuple[list[int], list[int]]:
@@ -75,12 +76,15 @@ def low_precision_attention(
     num_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     ids, valid = plan.padded_query_slots
-    k = k_cache.reshape(-1, h_kv, d)[ids].repeat_interleave(h_q // h_kv, dim=2)  # [Q, L, H_q, D]
-    v = v_cache.reshape(-1, h_kv, d)[ids].repeat_interleave(h_q // h_kv, dim=2)
-    scores = torch.einsum("qhd,qlhd->qhl", q, k) * (1.0 / d**0.5 if sm_scale is None else sm_scale)
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("qhl,qlhd->qhd", probs, v)
+    keys, values = k_cache.reshape(-1, h_kv, d), v_cache.reshape(-1, h_kv, d)
+    out = torch.empty_like(q)
+    for rows in query_chunks(num_q, ids.shape[1] * h_q * d * q.element_size()):
+        k = keys[ids[rows]].repeat_interleave(h_q // h_kv, dim=2)  # [q, L, H_q, D]
+        v = values[ids[rows]].repeat_interleave(h_q // h_kv, dim=2)
+        scores = torch.einsum("qhd,qlhd->qhl", q[rows], k) * (1.0 / d**0.5 if sm_scale is None else sm_scale)
+        scores = scores.masked_fill(~valid[rows, None, :], float("-inf"))
+        out[rows] = torch.einsum("qhl,qlhd->qhd", torch.softmax(scores, dim=-1), v)
+    return out
 
 
 def assert_close_to_reference(

@@ -1,4 +1,12 @@
-"""Tree-attention kernels (torch + triton only): plan once per step, run per layer."""
+"""Tree-attention kernels (torch + triton only): plan once per step, run per layer.
+
+Importing them names a persistent Triton cache directory when the environment names none
+(:mod:`cache`), before any kernel can compile.
+"""
+
+from .cache import use_persistent_cache
+
+use_persistent_cache()
 
 from .attention import BACKENDS, tree_attention
 from .plan import TreePlan, plan_tree_attention

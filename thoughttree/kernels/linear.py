@@ -312,7 +312,7 @@ def _norm_args(row_sums: torch.Tensor | None, x: torch.Tensor, eps: float) -> tu
 
 def few_rows_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
-    row_sums: torch.Tensor | None = None, eps: float = 0.0,
+    row_sums: torch.Tensor | None = None, eps: float = 0.0, out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
 
@@ -321,7 +321,8 @@ def few_rows_linear(
     output, bit for bit).
     row_sums: [P, T] float32 (see :class:`NormedRows`); each row's product is scaled by
     1 / sqrt(row_sums[:, t].sum() / K + eps) before the bias and the rounding.
-    x and weight need unit stride along K; the output has x's dtype.
+    x and weight need unit stride along K; the output has x's dtype (``out``: a contiguous tensor
+    of that shape and dtype to write it into).
     """
     _check_projection("few_rows_linear", x, weight, bias)
     _check_sums("few_rows_linear", x, row_sums)
@@ -329,7 +330,11 @@ def few_rows_linear(
     n_out = weight.shape[0]
     if gated and n_out % 2:
         raise ValueError(f"a gated projection needs gate and up rows alike (an even count), got {n_out}")
-    out = torch.empty(t, n_out // 2 if gated else n_out, dtype=x.dtype, device=x.device)
+    shape = (t, n_out // 2 if gated else n_out)
+    if out is None:
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    elif out.shape != shape or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {shape} {x.dtype} tensor, got {tuple(out.shape)} {out.dtype}")
     if t:
         norm, normed = _norm_args(row_sums, x, eps)
         _few_rows_kernel[(triton.cdiv(out.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
@@ -404,13 +409,27 @@ def _tile(x: torch.Tensor, weight: torch.Tensor, max_rows: int) -> Tiling | None
     return tiling(weight.shape[0])
 
 
-def linear(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+def linear(
+    x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``F.linear`` whose few-row calls (at most ``max_rows`` rows, and ROW_LIMIT, of a wide
     enough weight) take :func:`few_rows_linear`; normed rows are finished by the kernel or
-    made dense for cuBLAS."""
+    made dense for cuBLAS. ``out``: a contiguous [T, N] tensor in x's dtype to write into."""
     rows, norm = _operand(x)
     tile = _tile(rows, weight, max_rows)
-    return F.linear(_dense(x), weight, bias) if tile is None else few_rows_linear(rows, weight, bias, tile, **norm)
+    if tile is not None:
+        return few_rows_linear(rows, weight, bias, tile, **norm, out=out)
+    if out is None:
+        return F.linear(_dense(x), weight, bias)
+    return dense_into(_dense(x), weight, bias, out)
+
+
+def dense_into(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` [T, N] written into ``out`` (the same cuBLAS product)."""
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:

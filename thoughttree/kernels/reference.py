@@ -9,6 +9,17 @@ import torch
 from .plan import TreePlan
 
 
+CHUNK_BYTES = 1 << 30  # the most the keys (or values) gathered for one chunk of query rows take
+
+
+def query_chunks(num_q: int, row_bytes: int, budget: int | None = None) -> list[slice]:
+    """Consecutive slices of ``num_q`` query rows whose gathered keys (``row_bytes`` per row)
+    stay within ``budget`` bytes, at least one row each: a long shared prompt read by many rows
+    would otherwise be gathered once per row all at once."""
+    step = max(1, (CHUNK_BYTES if budget is None else budget) // max(1, row_bytes))
+    return [slice(a, min(a + step, num_q)) for a in range(0, num_q, step)]
+
+
 def tree_attention_reference(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -17,6 +28,9 @@ def tree_attention_reference(
     sm_scale: float | None = None,
 ) -> torch.Tensor:
     """Each query row attends, in float32, to the KV slots its plan says it sees.
+
+    Rows are taken a chunk at a time (:func:`query_chunks`), so memory stays bounded however
+    long the views are.
 
     Args:
         q: [Q, H_q, D] queries.
@@ -29,14 +43,16 @@ def tree_attention_reference(
     h_kv = k_cache.shape[2]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     ids, valid = plan.padded_query_slots  # [Q, L], [Q, L]
-    k = k_cache.reshape(-1, h_kv, d)[ids].float()  # [Q, L, H_kv, D]
-    v = v_cache.reshape(-1, h_kv, d)[ids].float()
     group = h_q // h_kv
     qg = q.float().reshape(num_q, h_kv, group, d)
-    scores = torch.einsum("qhgd,qlhd->qhgl", qg, k) * scale
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("qhgl,qlhd->qhgd", probs, v)
+    out = torch.empty(num_q, h_kv, group, d, dtype=torch.float32, device=q.device)
+    keys, values = k_cache.reshape(-1, h_kv, d), v_cache.reshape(-1, h_kv, d)
+    for rows in query_chunks(num_q, ids.shape[1] * h_kv * d * 4):
+        k = keys[ids[rows]].float()  # [q, L, H_kv, D]
+        v = values[ids[rows]].float()
+        scores = torch.einsum("qhgd,qlhd->qhgl", qg[rows], k) * scale
+        scores = scores.masked_fill(~valid[rows, None, None, :], float("-inf"))
+        out[rows] = torch.einsum("qhgl,qlhd->qhgd", torch.softmax(scores, dim=-1), v)
     return out.reshape(num_q, h_q, d).to(q.dtype)
 
 

@@ -32,7 +32,11 @@ class DecodeRun:
     """Fixed-buffer decode steps for ``requests`` (the engine's request numbers ``ids``), whose
     generated segments are ``tails``."""
 
-    def __init__(self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
+    def __init__(
+        self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment],
+        start: bool = True,
+    ) -> None:
+        """Plan the run (host work only); with ``start``, also :meth:`start` it."""
         self.engine, self.requests, self.tails = engine, list(requests), list(tails)
         self.ids = list(ids)
         self.row_of = {i: row for row, i in enumerate(ids)}
@@ -53,22 +57,30 @@ class DecodeRun:
             device=dev,
         )
         tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
-        work = decode_work(
+        self.work = decode_work(
             plan, [t.slot_array for t in self.tails], tail_cap, engine.model.num_heads, engine.model.num_kv_heads, cfg.head_dim,
             engine.decode_work_config, share=engine.attention == "deft",
         )
-        self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)
-        self.arena.load(work, len(self.requests))
         params = [r.sampling for r in self.requests]
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
-        r = len(self.requests)
-        self.arena.temperature[:r] = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-        self.arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
         self.shared_tokens = sum(len(s.tokens) for s in order)
         self.parent_tokens = sum(r.parent.end for r in self.requests)
-        stats = engine.stats
-        stats.plan_builds += 1
-        stats.note_graphs(self.arena)
+        engine.stats.plan_builds += 1
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Load the planned work and the rows' sampling parameters into the engine's decode
+        buffers (device work: the steps of the run before, whose buffers these are, must have
+        been launched)."""
+        engine, work = self.engine, self.work
+        need = Capacity.needed(work, len(self.requests), len(work.host.shapes))
+        self.arena = engine.arena_for(need, work.host.shapes)
+        self.arena.load(work, len(self.requests))
+        r = len(self.requests)
+        self.arena.temperature[:r] = torch.tensor([q.sampling.temperature for q in self.requests], dtype=torch.float32)
+        self.arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
+        engine.stats.note_graphs(self.arena)
 
     def keeps(self, ids: Sequence[int]) -> bool:
         """Whether the next step of requests ``ids`` (a subset of this run's) goes on with this run."""

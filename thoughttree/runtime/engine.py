@@ -25,7 +25,8 @@ from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
 from ..kernels.decode_work import decode_work
 from .decode_run import DecodeRun
-from .graphs import Capacity, DecodeArena
+from .capture import CaptureFailures, CudaGraphs, GraphCapture
+from .graphs import Capacity, DecodeArena, row_bucket
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .sampler import sample_packed, unpack
@@ -47,7 +48,9 @@ class EngineStats:
     graphs: int = 0  # CUDA graphs held now
     graph_captures: int = 0  # graphs captured (a bucket's first step, and again after the buffers grow)
     graph_bytes: int = 0  # device memory held by them and their buffers
+    graph_failures: int = 0  # captures that raised (their buckets run eagerly)
     plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
+    plans_ahead: int = 0  # of those, built while the step before ran and used
 
     @property
     def reuse_factor(self) -> float:
@@ -56,6 +59,7 @@ class EngineStats:
     def note_graphs(self, arena: DecodeArena, held: int | None = None) -> None:
         """Record the graphs ``arena`` holds and their memory. ``held``: how many it held before
         a step (the rest that step captured; nothing to record when it captured none)."""
+        self.graph_failures = arena.failures.count
         if held is not None:
             if arena.num_graphs == held:
                 return
@@ -166,6 +170,11 @@ class Engine:
         self.stats = EngineStats()
         self.arena: DecodeArena | None = None
         self._warmed: set[tuple] = set()  # graph captures warmed up so far, shared by every arena
+        # How decode buffers make graphs (None: steps run eagerly); a test may put an emulation
+        # or a failing capture here. Buckets whose capture failed stay eager.
+        self.graph_capture: GraphCapture | None = CudaGraphs() if model.device.type == "cuda" else None
+        self.capture_failures = CaptureFailures()
+        self._logits: torch.Tensor | None = None  # the one logits buffer of every arena's steps
         # How decode runs size their attention work. Their graphs launch tile classes in shape
         # order (narrowest first), and a wide launch sized to leave SMs to the others was measured
         # launched first only, so decode runs keep it sized for every SM (wide_sms=0). A node seen
@@ -287,11 +296,22 @@ class Engine:
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,
-            graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
-            max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed,
+            capture=self.graph_capture if self.runtime.cuda_graphs else None,
+            max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed, logits=self.logits_buffer(),
+            failures=self.capture_failures,
         )
         self.stats.note_graphs(self.arena)  # the old graphs are gone, whether or not the next step captures
         return self.arena
+
+    def logits_buffer(self) -> torch.Tensor:
+        """[N, V] logits in the model's dtype that every decode-buffer step of up to N rows writes
+        (N: the bucket of ``graph_max_rows``, at most 1024), made once: graphs keep no output
+        of their own."""
+        rows = row_bucket(max(1, min(self.runtime.graph_max_rows, 1024)))
+        if self._logits is None or self._logits.shape[0] < rows:
+            m = self.model
+            self._logits = torch.empty(rows, m.cfg.vocab_size, dtype=m.dtype, device=m.device)
+        return self._logits
 
     @_on_model_device
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
@@ -346,25 +366,41 @@ class Engine:
         queued step t+1 to forward it straight from the device; then it reads step t's draws and
         checks stops. A request found finished then has had one step too many: its draw is
         dropped, and the KV written for its last token is correct. Requests that finish by
-        length are known in advance and never get that extra step.
+        length are known in advance and never get that extra step. When the requests that go on
+        no longer keep the run (half of it finished), their next run is planned while step t
+        runs (``RuntimeConfig.plan_ahead``), and started once the draws are read if none of
+        them stopped at step t.
         """
         run: DecodeRun | None = None
+        ahead: DecodeRun | None = None  # the next run, planned while the last step of this one runs
         queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
         while queued is not None or still:
             if queued is None:
                 if run is None or not run.keeps(still):
-                    run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                    if ahead is not None and ahead.ids == still:
+                        run = ahead
+                        run.start()
+                        self.stats.plans_ahead += 1
+                    else:
+                        run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                ahead = None
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None
+            placed: set[int] = set()
             if go and run.keeps(go):
                 self._reserve([outs[i].segment for i in go])
                 queued = (go, run.launch(go, from_device=True))
+                placed = set(go)
                 self.stats.overlapped_steps += 1
+            elif go and self.runtime.plan_ahead:
+                self._reserve([outs[i].segment for i in go])  # the slots of the tokens step t draws
+                placed = set(go)
+                ahead = DecodeRun(self, go, [requests[i] for i in go], [outs[i].segment for i in go], start=False)
             tokens, logprobs = run.collect(ticket, rows)
-            self._take(rows, tokens, logprobs, outs, placed=set(go) if queued else set())
+            self._take(rows, tokens, logprobs, outs, placed=placed)
             still = self._still_active(rows, outs, ends)
             if queued is not None:
                 kept = set(still)

@@ -16,11 +16,13 @@ prefill of value prompts, ``tree_logits``): its work loaded like a decode run's 
 the logits of chosen rows out, a graph per bucket of rows and of those rows. An engine replaces
 its arena with a larger one when a run needs more room (every graph is captured again then).
 Only the first capture of each kind, per layout of tile classes, runs an eager warm-up first.
+Every graph of an engine writes its logits into one buffer the engine owns (a graph's own output
+would stay allocated as long as the graph), and a bucket whose capture fails runs eagerly
+(:mod:`capture`).
 """
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,6 +33,7 @@ from ..kernels.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
 from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
+from .capture import CaptureFailures, Graph, GraphCapture
 from .kv_pool import KVPool
 from .model import Transformer
 
@@ -98,12 +101,19 @@ class DecodeArena:
 
     def __init__(
         self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
-        *, attention: str, config: WorkConfig, graphs: bool, max_graph_rows: int, warmed: set[tuple] | None = None,
+        *, attention: str, config: WorkConfig, capture: GraphCapture | None, max_graph_rows: int,
+        warmed: set[tuple] | None = None, logits: torch.Tensor | None = None, failures: CaptureFailures | None = None,
     ) -> None:
+        """``capture``: how graphs are made (None: every step eager). ``logits``: [N, V] in the
+        model's dtype, the buffer steps of up to N rows write their logits into (shared with
+        the engine's other arenas; None: each step allocates its own). ``warmed`` and
+        ``failures``: the engine's records, shared by its arenas."""
         cfg, dev = model.cfg, model.device
         self.model, self.pool, self.cap, self.shapes, self.attention = model, pool, cap, shapes, attention
         self.launch = config.launch  # the launch settings its graphs were captured with
-        self.use_graphs, self.max_graph_rows = graphs, max_graph_rows
+        self.capturer, self.use_graphs, self.max_graph_rows = capture, capture is not None, max_graph_rows
+        self.logits = logits
+        self.failures = failures if failures is not None else CaptureFailures()
         # Kinds of capture (decode steps or general forwards) whose kernels have run before, in
         # this arena or an earlier one of the same shapes, launch settings and tile classes: a
         # capture of another row bucket, or a recapture, needs no eager warm-up. The first one
@@ -112,9 +122,9 @@ class DecodeArena:
         self.warmed = warmed if warmed is not None else set()
         self._layout = (shapes, tuple(sorted(config.launch.items())), tuple(n > 0 for n in cap.items))
         # The arena's graphs share one memory pool, which lives as long as they do.
-        self.mempool = torch.cuda.graph_pool_handle() if graphs else None
+        self.mempool = capture.pool() if capture is not None else None
         self.replayed = False  # whether the last step replayed a graph
-        self.last_graph: torch.cuda.CUDAGraph | None = None  # the graph it replayed (for timing it again)
+        self.last_graph: Graph | None = None  # the graph it replayed (for timing it again)
         # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
         # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts,
         # own_start, own_len, and whether the tails are folded into the merge.
@@ -172,16 +182,19 @@ class DecodeArena:
         # CUDA for the device count (about 50 us on an H200 host) on every call.
         self._cuda = (dev.index if dev.index is not None else torch.cuda.current_device()) if pinned else None
         self._turn = 0
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # decode steps, by row bucket
-        self.row_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # general forwards
+        self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}  # decode steps, by row bucket
+        self.row_graphs: dict[tuple[int, int], tuple[Graph, torch.Tensor]] = {}  # general forwards
         self.graph_bytes = 0
         self.write_slots = self.step_in[2]
         self.num_write = 0
 
     @property
     def buffer_bytes(self) -> int:
+        """Device bytes of its buffers, the engine's shared logits buffer included."""
         w = self.work
-        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse))
+        shared = () if self.logits is None else (self.logits,)
+        held = (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse, *shared)
+        return sum(t.numel() * t.element_size() for t in held)
 
     def load(self, work: DecodeWork, rows: int) -> None:
         """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""
@@ -234,7 +247,8 @@ class DecodeArena:
         no sampling and touches no tail."""
         b = self._upload(np.concatenate([inputs, np.zeros((1, inputs.shape[1]), dtype=np.int64)]), targets, tail_pad=0)
         t = row_bucket(len(targets))
-        return self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)].float()
+        logits = self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)]
+        return logits.to(torch.float32, copy=True)  # the buffer is rewritten by the next step
 
     def _upload(self, inputs: np.ndarray, targets: np.ndarray, tail_pad: int) -> int:
         """Write ``inputs`` [4, R] and ``targets`` into the next pinned buffer, padded to the
@@ -251,13 +265,20 @@ class DecodeArena:
 
     def _run(self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
         """``forward()`` of ``b`` rows, replayed from ``graphs[key]`` (captured the first time)
-        when graphs are on and ``b`` is small enough."""
-        self.replayed = self.use_graphs and b <= self.max_graph_rows
+        when graphs are on and ``b`` is small enough. A capture that raises leaves that bucket
+        eager (the forward rewrites the same KV and draws the same tokens, so nothing is lost)."""
+        kind = "decode step" if graphs is self.graphs else "general forward"
+        self.replayed = self.use_graphs and b <= self.max_graph_rows and not self.failures.failed(kind, key)
         if not self.replayed:
             return forward()
         if key not in graphs:
             warm = (graphs is self.graphs, self._layout)
-            graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
+            try:
+                graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
+            except Exception as error:  # noqa: BLE001 - any failed capture falls back the same way
+                self.failures.record(kind, key, error)
+                self.replayed = False
+                return forward()
             self.warmed.add(warm)
         graph, out = graphs[key]
         graph.replay()
@@ -279,32 +300,20 @@ class DecodeArena:
             self._events[ticket].synchronize()
         return self._host_out_np[ticket]
 
-    def _capture(self, forward: Callable[[], torch.Tensor], warm_up: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _capture(self, forward: Callable[[], torch.Tensor], warm_up: bool) -> tuple[Graph, torch.Tensor]:
         """A graph of ``forward()``, after an eager warm-up run when its kernels have not run yet
         (the warm-up is about half a capture's time: an eager step)."""
+        assert self.capturer is not None
         if warm_up:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
             drawn = self.sampled.clone()  # the warm-up draws over them; the replay reads them
-            with torch.cuda.stream(stream):
+
+            def warm() -> None:
                 forward()  # compiles kernels and warms up cuBLAS (rewrites the same KV: idempotent)
                 self.sampled.copy_(drawn)
-            torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.empty_cache()  # capture empties the cache too: measure the graph's pool alone
-        before = torch.cuda.memory_reserved()
-        graph = torch.cuda.CUDAGraph()
-        # No cycle collection while capturing: a dead graph it freed (say, of a dropped LM still
-        # held by a reference cycle with its trees) would be destroyed mid-capture, which CUDA
-        # forbids, and that invalidates this capture.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with torch.cuda.graph(graph, pool=self.mempool):
-                out = forward()
-        finally:
-            if collecting:
-                gc.enable()
-        self.graph_bytes += torch.cuda.memory_reserved() - before
+
+            self.capturer.warm_up(warm)
+        graph, out, taken = self.capturer.capture(forward, self.mempool)
+        self.graph_bytes += taken
         return graph, out
 
     @property
@@ -315,7 +324,7 @@ class DecodeArena:
         tokens, pos, slots, _, pick = self.step_in[:, :b].unbind(0)
         self.write_slots, self.num_write = slots, b
         hidden = self.model.forward(tokens, pos, self)
-        return self.model.logits(hidden[pick[:t]], upcast=False)
+        return self._logits(hidden[pick[:t]])
 
     def _forward(self, b: int) -> torch.Tensor:
         tokens, pos, slots, tail_len, _ = self.step_in[:, :b].unbind(0)
@@ -329,9 +338,15 @@ class DecodeArena:
         self.own_len[1, :b] = tail_len.int() * self.tail_fold
         self.write_slots, self.num_write = slots, b
         hidden = self.model.forward(ids, pos, self)
-        logits = self.model.logits(hidden, upcast=False)
+        logits = self._logits(hidden)
         gumbel_sample(logits, self.temperature[:b], self.seeds[:b], tail_len, out=self.sampled[:b])
         return logits
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[R, hidden] -> [R, V] logits in the model's dtype, in the shared buffer when it holds R rows."""
+        r = hidden.shape[0]
+        out = self.logits[:r] if self.logits is not None and r <= self.logits.shape[0] else None
+        return self.model.logits(hidden, upcast=False, out=out)
 
     # -- StepKV ----------------------------------------------------------------------------------
     def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,6 +17,7 @@ from .detokenize import Detokenizer
 from .engine import DecodeRequest, Decoded, Engine, EngineStats, on_device
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
+from .memory import plan_memory
 from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError
 from .parallel import TensorParallel, check_divisible, local_device
@@ -85,19 +86,25 @@ def check_attention(attention: str, device: torch.device, dtype: torch.dtype) ->
 
 
 def _pool_pages(
-    cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device, num_kv_heads: int | None = None
+    cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device, num_kv_heads: int | None = None,
+    num_heads: int | None = None,
 ) -> int:
-    """Pages of the KV pool (``num_kv_heads``: the heads this process keeps, all by default)."""
-    if rc.num_pages is not None:
-        return rc.num_pages
+    """Pages of the KV pool (``num_kv_heads``, ``num_heads``: the heads this process keeps, all by
+    default). On CUDA the pool and the steps' buffers are checked against the free memory
+    (:func:`memory.plan_memory`), which sizes the pool when no size is given."""
     heads = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
     per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, heads, cfg.head_dim, dtype)
-    budget = rc.kv_memory_bytes
-    if budget is None and device.type != "cuda":  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
+    if device.type == "cuda":
+        return plan_memory(
+            cfg, itemsize=dtype.itemsize, page_size=rc.page_size, free_bytes=torch.cuda.mem_get_info(device)[0],
+            graph_max_rows=rc.graph_max_rows, num_pages=rc.num_pages,
+            kv_memory_bytes=rc.kv_memory_bytes, num_kv_heads=heads, num_heads=num_heads, device=str(device),
+        ).num_pages
+    if rc.num_pages is not None:
+        return rc.num_pages
+    if rc.kv_memory_bytes is None:  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
         return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
-    if budget is None:
-        budget = int(torch.cuda.mem_get_info(device)[0] * 0.5)
-    return max(1, budget // per_page)
+    return max(1, rc.kv_memory_bytes // per_page)
 
 
 class LM:
@@ -115,7 +122,7 @@ class LM:
         self.device = model.device
         pool = KVPool(
             cfg.num_layers,
-            _pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads),
+            _pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads, model.num_heads),
             runtime.page_size,
             model.num_kv_heads,  # a tensor-parallel rank keeps the KV of its own heads only
             cfg.head_dim,

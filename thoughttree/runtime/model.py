@@ -13,7 +13,8 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..kernels.linear import MAX_ROWS, linear as few_row_linear, linear_add_norm, linear_rope_store, linear_silu_mul
+from ..kernels.linear import MAX_ROWS, dense_into, linear_add_norm, linear_rope_store, linear_silu_mul
+from ..kernels.linear import linear as few_row_linear
 from ..kernels.fused import add_rms_norm, rope_store, silu_mul
 from ..kernels.reference import (
     add_rms_norm_reference,
@@ -162,7 +163,17 @@ class Transformer:
         return h
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
-        """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype)."""
-        out = self.gather(self._linear()(hidden, self.w["lm_head"]))
-        return out.float() if upcast else out
+    def logits(self, hidden: torch.Tensor, upcast: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, hidden] -> [R, vocab], float32 (``upcast=False``: the model's dtype). ``out``: an
+        [R, vocab] tensor in the model's dtype to write them into (with ``upcast=False``)."""
+        linear = self._linear()
+        if out is None:
+            logits = self.gather(linear(hidden, self.w["lm_head"]))
+            return logits.float() if upcast else logits
+        if upcast:
+            raise ValueError("logits into a given tensor stay in the model's dtype (upcast=False)")
+        if self.gather is not _same:  # a tensor-parallel rank gathers the vocabulary's parts into a new tensor
+            return out.copy_(self.gather(linear(hidden, self.w["lm_head"])))
+        if linear is F.linear:
+            return dense_into(hidden, self.w["lm_head"], None, out)
+        return linear(hidden, self.w["lm_head"], out=out)
