@@ -61,7 +61,7 @@ def check_device(device: str | None) -> None:
 
 def load_model(
     spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1,
-    collective_timeout_s: float = RuntimeConfig.collective_timeout_s,
+    collective_timeout_s: float = RuntimeConfig.collective_timeout_s, num_pages: int | None = None,
 ) -> LM:
     """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong."""
     from ..runtime import LM, ModelLoadError
@@ -69,7 +69,7 @@ def load_model(
     check_device(device)
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
-        runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s)
+        runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s, num_pages=num_pages)
         lm = LM.from_pretrained(path, device=device, dtype=dtype, runtime=runtime, tensor_parallel=tensor_parallel)
     except ModelLoadError as exc:
         raise CliError(f"--model {spec}: {exc}") from exc
