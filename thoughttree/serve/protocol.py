@@ -2,7 +2,9 @@
 
 Unknown fields are refused (a misspelt parameter is an error, not a silent default). Besides the
 OpenAI fields, requests may carry the extensions that vLLM and SGLang accept: ``top_k``, ``min_p``,
-``ignore_eos``, ``include_stop_str_in_output`` and ``return_tokens_as_token_ids``.
+``ignore_eos``, ``include_stop_str_in_output`` and ``return_tokens_as_token_ids``; and
+thoughttree's own ``decode_seeds``: the runtime seed of each choice, in place of the ones
+derived from ``seed`` (the remote backend sends the seeds a local search would decode with).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class _Sampled(_Strict):
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     return_tokens_as_token_ids: bool = False
+    decode_seeds: Optional[list[int]] = None
 
     def unsupported(self) -> None:
         """OpenAIError for a parameter this server does not implement, set to something other than its default."""

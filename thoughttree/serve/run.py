@@ -94,8 +94,12 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
         top, want = (body.top_logprobs or 0) if body.logprobs else 0, body.logprobs
     else:
         top, want = body.logprobs or 0, body.logprobs is not None
-    jobs = [Job(tokens, sampling, [choice_seed(seed, p, j) for j in range(k)], emit=_unset, top_logprobs=top)
-            for p, tokens in enumerate(prompts)]
+    given = body.decode_seeds
+    if given is not None and (len(given) != k or len(prompts) != 1):
+        raise OpenAIError(400, f"decode_seeds needs one prompt and one seed per choice ({k}), got {len(given)} seeds "
+                               f"for {len(prompts)} prompts", param="decode_seeds")
+    jobs = [Job(tokens, sampling, list(given) if given is not None else [choice_seed(seed, p, j) for j in range(k)],
+                emit=_unset, top_logprobs=top) for p, tokens in enumerate(prompts)]
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     plan = RequestPlan(chat, body.stream, include_usage, body.n, top, want, body.return_tokens_as_token_ids, model,
                        created, jobs, sum(map(len, prompts)))
