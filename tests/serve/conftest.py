@@ -12,6 +12,7 @@ from typing import Iterator
 
 import httpx
 import pytest
+import torch
 
 from thoughttree.runtime import LM
 
@@ -54,7 +55,8 @@ class Server:
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THOUGHTTREE_API_KEY": API_KEY}
+    # One thread per process: the server and the test process share the cores with each other.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THOUGHTTREE_API_KEY": API_KEY, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "thoughttree", "serve", "--port", str(port), "--device", "cpu",
          "--chat-template", "plain", "--max-n", "64"],
@@ -86,5 +88,10 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def local_lm() -> LM:
-    return LM.from_pretrained(MODEL_DIR, device="cpu")
+def local_lm() -> Iterator[LM]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the server runs beside this process; a tiny model gains nothing from more
+    try:
+        yield LM.from_pretrained(MODEL_DIR, device="cpu")
+    finally:
+        torch.set_num_threads(threads)

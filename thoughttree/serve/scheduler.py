@@ -234,18 +234,13 @@ class Scheduler:
             job.tokens[i].append(token)
             reason = self._finish_reason(job, i)
             updates.setdefault(id(job), []).append(Update(i, token, lp, tops[r], reason))
-        done = []
-        for job in self._running:
-            ups = updates.get(id(job), [])
-            ended = {u.index for u in ups if u.finish_reason}
-            for i in ended:
-                job.tails[i].sealed = True
+        for job in self._running:  # a finished job's KV is freed before its client hears that it finished
+            ended = {u.index for u in updates.get(id(job), []) if u.finish_reason}
             job.running = [i for i in job.running if i not in ended]
-            job.emit(ups)
             if not job.running:
-                done.append(job)
-        for job in done:
-            self._finish(job)
+                self._finish(job)
+        for job in self._running:
+            job.emit(updates.get(id(job), []))
         self._running = [job for job in self._running if job.running]
 
     def _finish_reason(self, job: Job, i: int) -> str | None:
