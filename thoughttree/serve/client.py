@@ -87,7 +87,8 @@ def _message(response: httpx.Response) -> str:
 class Client:
     """JSON requests to one server with retries and a bounded number in flight."""
 
-    def __init__(self, config: RemoteConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, config: RemoteConfig, *, sleep: Callable[[float], None] = time.sleep,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.config = config
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(config.api_key_env)
@@ -95,7 +96,7 @@ class Client:
             headers["Authorization"] = f"Bearer {key}"
         limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
         self.http = httpx.Client(base_url=config.base_url.rstrip("/") + "/", headers=headers,
-                                 timeout=config.timeout_s, limits=limits)
+                                 timeout=config.timeout_s, limits=limits, transport=transport)
         self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="thoughttree-remote")
         self._sleep = sleep
         self.requests = 0

@@ -76,9 +76,9 @@ class _Ask:
 class RemoteLM:
     """A model behind an OpenAI-compatible completions endpoint, usable wherever an LM is."""
 
-    def __init__(self, config: RemoteConfig) -> None:
+    def __init__(self, config: RemoteConfig, client: Client | None = None) -> None:
         self.remote = config
-        self.client = Client(config)
+        self.client = client or Client(config)
         self.path = f"{config.base_url} ({config.model})"
         self.device = "remote"
         self.stats = RemoteStats()
