@@ -87,9 +87,9 @@ def test_tree_logits_without_logprobs_names_the_evaluators() -> None:
 
 
 def test_unknown_model_and_missing_context_are_clear() -> None:
-    with pytest.raises(RemoteError, match="does not serve model 'm'.*serves: other"):
-        RemoteLM(RemoteConfig("http://x/v1", "m"), client=Client(RemoteConfig("http://x/v1", "m"), transport=httpx.MockTransport(
-            lambda r: httpx.Response(200, json={"data": [{"id": "other"}]}))))
     config = RemoteConfig("http://x/v1", "m")
+    other = httpx.MockTransport(lambda r: httpx.Response(200, json={"data": [{"id": "other"}]}))
+    with pytest.raises(RemoteError, match="does not serve model 'm'.*serves: other"):
+        RemoteLM(config, client=Client(config, transport=other))
     with pytest.raises(RemoteError, match="--remote-context"):
         RemoteLM(config, client=Client(config, transport=httpx.MockTransport(_models)))

@@ -63,7 +63,8 @@ def add_remote_arguments(p: argparse.ArgumentParser) -> None:
 
 def remote_options(args: argparse.Namespace) -> dict[str, Any]:
     """The remote-model options of a command line, for :func:`load_model`."""
-    return {"remote_model": getattr(args, "remote_model", None), "remote_tokenizer": getattr(args, "remote_tokenizer", None),
+    return {"remote_model": getattr(args, "remote_model", None),
+            "remote_tokenizer": getattr(args, "remote_tokenizer", None),
             "remote_context": getattr(args, "remote_context", None),
             "remote_concurrency": getattr(args, "remote_concurrency", 64)}
 
@@ -79,7 +80,8 @@ def load_remote(spec: str, model: str | None, tokenizer: str | None, context: in
     try:
         from ..serve.remote import RemoteConfig, RemoteError, RemoteLM
     except ImportError as exc:
-        raise CliError(f"a remote model needs httpx ({exc.name} is missing): pip install 'thoughttree[serve]'") from None
+        raise CliError(f"a remote model needs httpx ({exc.name} is missing): "
+                       "pip install 'thoughttree[serve]'") from None
     if tokenizer == "bundled":
         tokenizer = str(bundled_model_path())
     try:

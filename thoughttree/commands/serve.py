@@ -44,7 +44,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
         from ..serve.app import ServeConfig, create_app
     except ImportError as exc:
-        raise CliError(f"serve needs the serve extra ({exc.name} is missing): pip install 'thoughttree[serve]'") from None
+        raise CliError(f"serve needs the serve extra ({exc.name} is missing): "
+                       "pip install 'thoughttree[serve]'") from None
     template = args.chat_template
     if template is not None and template != "plain":
         try:

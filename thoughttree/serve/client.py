@@ -123,7 +123,8 @@ class Client:
                 try:
                     return response.json()
                 except ValueError as exc:
-                    raise RemoteError(f"{method} {path}: the server's answer is not JSON: {response.text[:200]!r}") from exc
+                    raise RemoteError(f"{method} {path}: the server's answer is not JSON: "
+                                      f"{response.text[:200]!r}") from exc
             if not _retryable(response.status_code) or last:
                 tried = f" (after {cfg.retries} retries)" if last and _retryable(response.status_code) else ""
                 raise RemoteError(f"{method} {cfg.base_url}/{path.lstrip('/')}: HTTP {response.status_code}: "

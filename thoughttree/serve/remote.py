@@ -145,7 +145,9 @@ class RemoteLM:
         gens = iter(self._sample([(p, s) for p, ss in asks for s in ss], sampling))
         return [[next(gens) for _ in range(n)] for n in samples]
 
-    def complete(self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+    def complete(
+        self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
         """One continuation per prompt (text, encoded with BOS, or token ids)."""
         if len(seeds) != len(prompts):
             raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")

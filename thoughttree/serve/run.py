@@ -73,7 +73,8 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
             raise OpenAIError(400, f"prompt {i} is empty", param="prompt")
         if len(tokens) >= ctx:
             raise OpenAIError(400, f"prompt {i} has {len(tokens)} tokens, which leaves no room in the model's "
-                                   f"context of {ctx} tokens; shorten it", param="prompt", code="context_length_exceeded")
+                                   f"context of {ctx} tokens; shorten it", param="prompt",
+                              code="context_length_exceeded")
         if any(not 0 <= t < vocab for t in tokens):
             raise OpenAIError(400, f"prompt {i} has token ids outside the vocabulary of {vocab}", param="prompt")
     max_tokens = body.max_tokens
@@ -232,7 +233,8 @@ async def stream_chunks(request: Request, scheduler: Scheduler, plan: RequestPla
                     choice = {"index": index, "delta": {"content": piece} if piece else {}, "logprobs": lp,
                               "finish_reason": s.openai_finish}
                 else:
-                    lp = completion_logprobs(s, start, len(s.tokens), decode, plan.as_ids) if plan.want_logprobs else None
+                    lp = (completion_logprobs(s, start, len(s.tokens), decode, plan.as_ids)
+                          if plan.want_logprobs else None)
                     choice = {"index": index, "text": piece, "logprobs": lp, "finish_reason": s.openai_finish}
                 yield _sse({**head, "choices": [choice]})
         if plan.include_usage:
