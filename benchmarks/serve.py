@@ -117,9 +117,11 @@ def main() -> None:
             seconds = time.perf_counter() - start
             after = httpx.get(f"{base}/health").json()["engine"]
             d = {k: after[k] - before[k] for k in ("prefill_tokens", "attended_tokens", "unique_tokens")}
-            table.add_row("shared" if shared else "unshared", str(clients), str(len(work)),
-                          f"{len(work) / seconds:.1f}", f"{made / seconds:.0f}", f"{d['prefill_tokens']:,}",
-                          f"{d['attended_tokens'] / max(1, d['unique_tokens']):.2f}")
+            row = ("shared" if shared else "unshared", str(clients), str(len(work)), f"{len(work) / seconds:.1f}",
+                   f"{made / seconds:.0f}", f"{d['prefill_tokens']:,}",
+                   f"{d['attended_tokens'] / max(1, d['unique_tokens']):.2f}")
+            table.add_row(*row)
+            print(" | ".join(row), file=sys.stderr, flush=True)
     server.should_exit = True
     thread.join(timeout=30)
     Console().print(table)

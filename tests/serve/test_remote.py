@@ -93,3 +93,10 @@ def test_unknown_model_and_missing_context_are_clear() -> None:
         RemoteLM(config, client=Client(config, transport=other))
     with pytest.raises(RemoteError, match="--remote-context"):
         RemoteLM(config, client=Client(config, transport=httpx.MockTransport(_models)))
+
+
+def test_a_server_url_needs_its_model_name(capsys) -> None:
+    assert main(["game24", "--model", "http://127.0.0.1:9/v1", "--puzzle", "4 5 6 10", "--method", "io"]) == 2
+    assert "--remote-model NAME" in capsys.readouterr().err
+    assert main(["bench", "--model", "http://127.0.0.1:9/v1", "--remote-model", "m"]) == 2
+    assert "benchmarks/serve.py" in capsys.readouterr().err

@@ -113,7 +113,11 @@ def test_64_concurrent_clients(server, local_lm) -> None:
                                       timeout=120) as ac:
             return await asyncio.gather(*(ask(ac, i) for i in range(64)))
 
+    before = server.health()["engine"]["prefill_tokens"]
     got = asyncio.run(main())
+    prefilled = server.health()["engine"]["prefill_tokens"] - before
+    unshared = sum(len(local_lm.encode(PROMPTS[i % 2])) for i in range(64))
+    assert prefilled < unshared / 4  # the clients' common prompts are stored and computed once, not 64 times
     for p, prompt in enumerate(PROMPTS):  # the same draws, offline, in one batch per prompt
         with ThoughtTree(local_lm, prompt=prompt) as tree:
             seeds = [choice_seed(100 + i, 0, 0) for i in range(p, 64, 2)]
