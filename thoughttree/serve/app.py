@@ -168,11 +168,22 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
             loop = asyncio.get_running_loop()
             done: asyncio.Future[Any] = loop.create_future()
 
-            def finished(result: Any, error: BaseException | None) -> None:
-                loop.call_soon_threadsafe(lambda: done.done() or (
-                    done.set_exception(error) if error else done.set_result(result)))
+            def settle(result: Any, error: BaseException | None) -> None:
+                if done.done():
+                    return
+                if error is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(result)
 
-            scheduler.call(lambda: (lm.kv.check_integrity(None), scheduler.usage())[1], finished)
+            def finished(result: Any, error: BaseException | None) -> None:
+                loop.call_soon_threadsafe(settle, result, error)
+
+            def checked() -> dict[str, int]:
+                lm.kv.check_integrity(None)
+                return scheduler.usage()
+
+            scheduler.call(checked, finished)
             try:
                 body["kv"] = await done
             except AssertionError as exc:

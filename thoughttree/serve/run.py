@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
@@ -121,8 +120,14 @@ def submit(plan: RequestPlan, scheduler: Scheduler, decode: Callable[[list[int]]
     for states in plan.states:
         for s in states:
             s.decode = decode
+    def emitter(i: int) -> Callable[[Any], None]:
+        def emit(item: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (i, item))
+
+        return emit
+
     for i, job in enumerate(plan.jobs):
-        job.emit = lambda item, i=i: loop.call_soon_threadsafe(queue.put_nowait, (i, item))
+        job.emit = emitter(i)
         try:
             scheduler.submit(job)
         except AdmissionError as exc:
@@ -186,7 +191,8 @@ async def collect(request: Request, scheduler: Scheduler, plan: RequestPlan) -> 
                 getter = asyncio.ensure_future(_next(plan))
             done, _ = await asyncio.wait({getter}, timeout=POLL_S)
             if getter in done:
-                getter, ready = None, getter
+                ready = getter
+                getter = None
                 ready.result()
             elif await request.is_disconnected():
                 return None

@@ -217,10 +217,11 @@ class Scheduler:
 
     def _step(self) -> None:
         rows: list[tuple[Job, int]] = [(job, i) for job in self._running for i in job.running]
-        targets = []
+        targets: list[tuple[Segment, int]] = []
         for job, i in rows:
-            tail, made = job.tails[i], job.tokens[i]
-            targets.append((tail, len(made) - 1) if made else (job.parent, len(job.parent.tokens) - 1))
+            made, parent = job.tokens[i], job.parent
+            assert parent is not None, "a running job holds its prompt's segment"
+            targets.append((job.tails[i], len(made) - 1) if made else (parent, len(parent.tokens) - 1))
         logits = self.engine.forward(targets)
         params = [job.sampling for job, _ in rows]
         draw = unpack(sample_packed(logits, params, [job.seeds[i] for job, i in rows],
@@ -259,6 +260,6 @@ class Scheduler:
         k = max(wanted, default=0)
         if k == 0:
             return [None] * len(wanted)
-        values, ids = logits.float().log_softmax(-1).topk(k, dim=-1)
-        values, ids = values.cpu().tolist(), ids.cpu().tolist()
+        top = logits.float().log_softmax(-1).topk(k, dim=-1)
+        values, ids = top.values.cpu().tolist(), top.indices.cpu().tolist()
         return [dict(zip(ids[r][:w], values[r][:w])) if w else None for r, w in enumerate(wanted)]
