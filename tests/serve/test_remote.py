@@ -100,3 +100,19 @@ def test_a_server_url_needs_its_model_name(capsys) -> None:
     assert "--remote-model NAME" in capsys.readouterr().err
     assert main(["bench", "--model", "http://127.0.0.1:9/v1", "--remote-model", "m"]) == 2
     assert "benchmarks/serve.py" in capsys.readouterr().err
+
+
+def test_without_a_tokenizer_nodes_hold_bytes_and_the_text_matches(server, local_lm, monkeypatch) -> None:
+    from thoughttree import Sampling, ThoughtTree
+
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
+    remote = RemoteLM(RemoteConfig(server.base_url, "game24"))
+    prompt, sampling = "Use 4 5 6 10 to make 24.\n", Sampling(max_tokens=30, stop="\n", seed=4)
+    try:
+        with ThoughtTree(remote, prompt=prompt, seed=1) as far, ThoughtTree(local_lm, prompt=prompt, seed=1) as near:
+            theirs = far.expand([far.root], n=3, sampling=sampling)[0]
+            mine = near.expand([near.root], n=3, sampling=sampling)[0]
+    finally:
+        remote.close()
+    assert [k.text for k in theirs] == [k.text for k in mine]
+    assert [k.tokens for k in theirs] == [list(k.text.encode()) for k in mine]

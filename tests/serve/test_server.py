@@ -145,6 +145,14 @@ def test_disconnected_stream_frees_its_kv(server) -> None:
     assert idle["engine"]["generated_tokens"] < 16 * 200 + 10_000
 
 
+def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_kv(server) -> None:
+    body = {"model": "game24", "prompt": PROMPT, "n": 16, "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        server.http.post("/v1/completions", json=body, timeout=1.0)
+    idle = server.wait_idle(timeout_s=10)
+    assert idle["integrity"] == "ok"
+
+
 def _error(response: httpx.Response, status: int) -> dict:
     assert response.status_code == status, response.text
     body = response.json()

@@ -1,9 +1,9 @@
 """One HTTP request's jobs: checked and planned, submitted, then collected whole or streamed.
 
 Whichever way the answer goes out, a request whose client disconnects is cancelled: the
-streaming generator's ``finally`` (Starlette closes it when the client goes) and the polling of
-a request that waits for its whole answer both cancel its jobs, and the scheduler frees their
-KV before its next step.
+streaming generator's ``finally`` (Starlette closes it when the client goes) and, for a request
+that waits for its whole answer, a task that listens for the ASGI ``http.disconnect`` message
+both cancel its jobs, and the scheduler frees their KV before its next step.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from .scheduler import AdmissionError, Job, Scheduler
 if TYPE_CHECKING:
     from ..runtime.lm import LM
     from .app import ServeConfig
-
-POLL_S = 0.5  # how often a request that waits for its whole answer checks that its client is still there
-
 
 def choice_seed(seed: int, prompt: int, choice: int) -> int:
     """The decode seed of choice ``choice`` of prompt ``prompt``: that of child ``choice`` of root
@@ -181,26 +178,34 @@ def _usage(plan: RequestPlan) -> dict[str, int]:
     return {"prompt_tokens": plan.prompt_tokens, "completion_tokens": done, "total_tokens": plan.prompt_tokens + done}
 
 
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the ASGI server reports ``http.disconnect``)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def collect(request: Request, scheduler: Scheduler, plan: RequestPlan) -> Answer | None:
     """Wait for every choice to finish; None (the jobs cancelled) when the client went away."""
     finished = False
     getter: asyncio.Future[Any] | None = None
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
         while _unfinished(plan):
             if getter is None:
                 getter = asyncio.ensure_future(_next(plan))
-            done, _ = await asyncio.wait({getter}, timeout=POLL_S)
+            done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 ready = getter
                 getter = None
                 ready.result()
-            elif await request.is_disconnected():
+            elif gone in done:
                 return None
         finished = True
         return Answer(plan)
     finally:
-        if getter is not None:
-            getter.cancel()
+        for task in (getter, gone):
+            if task is not None:
+                task.cancel()
         if not finished:
             cancel(plan, scheduler)
 
