@@ -119,7 +119,8 @@ def submit(plan: RequestPlan, scheduler: Scheduler, decode: Callable[[list[int]]
             s.decode = decode
     def emitter(i: int) -> Callable[[Any], None]:
         def emit(item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (i, item))
+            if not loop.is_closed():  # a server shutting down has no one left to tell
+                loop.call_soon_threadsafe(queue.put_nowait, (i, item))
 
         return emit
 
