@@ -119,8 +119,10 @@ def submit(plan: RequestPlan, scheduler: Scheduler, decode: Callable[[list[int]]
             s.decode = decode
     def emitter(i: int) -> Callable[[Any], None]:
         def emit(item: Any) -> None:
-            if not loop.is_closed():  # a server shutting down has no one left to tell
+            try:
                 loop.call_soon_threadsafe(queue.put_nowait, (i, item))
+            except RuntimeError:  # the event loop has closed: a server shutting down has no one left to tell
+                pass
 
         return emit
 
