@@ -114,9 +114,9 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
             chunks = stream_chunks(request, scheduler, plan, detokenize)
             return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         result: Answer | None = await collect(request, scheduler, plan)
-        if result is None:  # the client went away
+        if result is None:  # the client went away: nobody reads this
             return JSONResponse({}, status_code=499)
-        return result.body(plan, detokenize)
+        return result.body(detokenize)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:

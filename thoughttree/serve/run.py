@@ -156,9 +156,12 @@ async def _next(plan: RequestPlan) -> tuple[int, list[Any]]:
 
 @dataclass
 class Answer:
+    """A finished request, whose OpenAI response body :meth:`body` builds."""
+
     plan: RequestPlan
 
-    def body(self, plan: RequestPlan, decode: Callable[[list[int]], str]) -> dict[str, Any]:
+    def body(self, decode: Callable[[list[int]], str]) -> dict[str, Any]:
+        plan = self.plan
         choices = []
         for p, states in enumerate(plan.states):
             for j, s in enumerate(pick_best(states, plan.n) if len(states) > plan.n else states):
