@@ -129,9 +129,12 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     if first.get("type") == "json_invalid":
         return f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'cannot parse it')})", None
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
+    where = ".".join(loc) or None
+    param = loc[0] if loc else None  # the request's field (the rest may name a member of a union)
     if first.get("type") == "extra_forbidden":
-        return f"unknown field {param!r}: this server does not accept it", param
+        return f"unknown field {where!r}: this server does not accept it", where
     if first.get("type") == "missing":
-        return f"{param} is required", param
-    return f"{param or 'the body'}: {first.get('msg', 'invalid value')}", param
+        return f"{where} is required", where
+    if param == "prompt" and len(loc) > 1 and not loc[1].isdigit():
+        return "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", param
+    return f"{where or 'the body'}: {first.get('msg', 'invalid value')}", param
