@@ -22,6 +22,7 @@ from .commands.common import USAGE_ERROR, CliError
 from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.game24 import add_bench, add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
+from .commands.serve import add_serve
 from .commands.warmup import add_warmup
 from .interrupts import EXIT_CODES
 from .runner import RunError
@@ -36,7 +37,7 @@ PIPE_CLOSED = 1
 
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_demo, add_game24, add_apps, add_humaneval, add_check_program, add_bench, add_show, add_stats, add_export,
-    add_warmup,
+    add_warmup, add_serve,
 )
 
 

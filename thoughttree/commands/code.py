@@ -21,7 +21,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
-from .model import ATTENTION, check_device, load_model, model_meta
+from .model import ATTENTION, add_remote_arguments, check_device, load_model, model_meta, remote_options
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout
@@ -32,7 +32,9 @@ DEFAULT_SAMPLES = 8
 
 
 def _add_search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a local Hugging Face model directory (no code model ships)")
+    p.add_argument("--model", required=True, help="a local Hugging Face model directory (no code model ships), or "
+                                                   "an OpenAI-compatible server's URL (http://host:port/v1)")
+    add_remote_arguments(p)
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
     p.add_argument("--attention", choices=ATTENTION, default="auto",
@@ -159,7 +161,7 @@ def run_apps(args: argparse.Namespace) -> int:
     problems = _load_apps(args.data, selection)
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout)
+                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
     split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
@@ -198,7 +200,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout)
+                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
     style, render = _style(args, lm)
     task = humaneval.HumanEval(problems, method.task_config(), style=style, render=render)
     meta = {"task": "humaneval", "start": args.start, "end": args.end, "method": asdict(method), "k": args.k,

@@ -26,7 +26,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
 from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
 from .launch import add_data_parallel, join_launch
-from .model import ATTENTION, add_model_arguments, is_bundled, load_model
+from .model import ATTENTION, add_model_arguments, is_bundled, is_remote, load_model, remote_options
 
 if TYPE_CHECKING:
     from ..runtime import LM
@@ -99,7 +99,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
     options.check()
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout)
+                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
     try:
         check_prompts_fit(lm, run)
     except ValueError as exc:
@@ -257,6 +257,8 @@ def add_bench(sub: Subparsers) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if is_remote(args.model):
+        raise CliError("bench times the local runtime; time a server with benchmarks/serve.py")
     lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout)
     if args.tokens >= lm.max_context:
         raise CliError(f"--tokens {args.tokens} leaves no room for a prompt in the model's context of {lm.max_context}")

@@ -37,7 +37,9 @@ def is_bundled(spec: str) -> bool:
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> None:
-    p.add_argument("--model", default="bundled", help="'bundled' (default) or a local Hugging Face model directory")
+    p.add_argument("--model", default="bundled", help="'bundled' (default), a local Hugging Face model directory, "
+                                                      "or an OpenAI-compatible server's URL (http://host:port/v1)")
+    add_remote_arguments(p)
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     if dtype:
         p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
@@ -45,6 +47,48 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
                    help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
     add_tensor_parallel(p)
+
+
+def add_remote_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a ``--model`` that is a server's URL."""
+    p.add_argument("--remote-model", metavar="NAME", help="with --model URL: the model name the server serves")
+    p.add_argument("--remote-tokenizer", metavar="DIR",
+                   help="with --model URL: a local tokenizer of the server's model ('bundled' for the bundled "
+                        "model's), so nodes hold the server's token ids (default: nodes hold UTF-8 bytes)")
+    p.add_argument("--remote-context", type=int, metavar="N",
+                   help="with --model URL: the model's context length when the server does not report it")
+    p.add_argument("--remote-concurrency", type=int, default=64, metavar="N",
+                   help="with --model URL: most requests in flight at once (default 64)")
+
+
+def remote_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The remote-model options of a command line, for :func:`load_model`."""
+    return {"remote_model": getattr(args, "remote_model", None),
+            "remote_tokenizer": getattr(args, "remote_tokenizer", None),
+            "remote_context": getattr(args, "remote_context", None),
+            "remote_concurrency": getattr(args, "remote_concurrency", 64)}
+
+
+def is_remote(spec: str) -> bool:
+    return spec.startswith(("http://", "https://"))
+
+
+def load_remote(spec: str, model: str | None, tokenizer: str | None, context: int | None, concurrency: int) -> Any:
+    """A :class:`~thoughttree.serve.remote.RemoteLM` for ``--model URL``, with one-line errors."""
+    if not model:
+        raise CliError(f"--model {spec} is a server: name its model with --remote-model NAME")
+    try:
+        from ..serve.remote import RemoteConfig, RemoteError, RemoteLM
+    except ImportError as exc:
+        raise CliError(f"a remote model needs httpx ({exc.name} is missing): "
+                       "pip install 'thoughttree[serve]'") from None
+    if tokenizer == "bundled":
+        tokenizer = str(bundled_model_path())
+    try:
+        return RemoteLM(RemoteConfig(spec, model, tokenizer=tokenizer, max_context=context,
+                                     max_concurrency=concurrency))
+    except (ValueError, RemoteError, OSError) as exc:
+        raise CliError(f"--model {spec}: {exc}") from exc
 
 
 def check_device(device: str | None) -> None:
@@ -61,15 +105,20 @@ def check_device(device: str | None) -> None:
 
 def load_model(
     spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1,
-    collective_timeout_s: float = RuntimeConfig.collective_timeout_s,
+    collective_timeout_s: float = RuntimeConfig.collective_timeout_s, num_pages: int | None = None,
+    remote_model: str | None = None, remote_tokenizer: str | None = None, remote_context: int | None = None,
+    remote_concurrency: int = 64,
 ) -> LM:
-    """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong."""
+    """Load ``spec`` (``bundled`` or a directory; a server's URL gives a RemoteLM) with a one-line
+    error for anything wrong."""
+    if is_remote(spec):
+        return load_remote(spec, remote_model, remote_tokenizer, remote_context, remote_concurrency)
     from ..runtime import LM, ModelLoadError
 
     check_device(device)
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
-        runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s)
+        runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s, num_pages=num_pages)
         lm = LM.from_pretrained(path, device=device, dtype=dtype, runtime=runtime, tensor_parallel=tensor_parallel)
     except ModelLoadError as exc:
         raise CliError(f"--model {spec}: {exc}") from exc
