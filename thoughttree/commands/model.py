@@ -44,7 +44,15 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
+    add_speculative(p)
     add_tensor_parallel(p)
+
+
+def add_speculative(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--speculative", default="off", metavar="off|lookup|draft:PATH|auto",
+                   help="draft tokens and verify them in the same forward, with the same output: lookup (n-grams "
+                        "of the search tree's own text), draft:PATH (a smaller model with the same tokenizer), "
+                        "auto (lookup, sized per step by measurement); default off")
 
 
 def check_device(device: str | None) -> None:
@@ -61,9 +69,11 @@ def check_device(device: str | None) -> None:
 
 def load_model(
     spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1,
-    collective_timeout_s: float = RuntimeConfig.collective_timeout_s,
+    collective_timeout_s: float = RuntimeConfig.collective_timeout_s, speculative: str = "off",
 ) -> LM:
-    """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong."""
+    """Load ``spec`` (``bundled`` or a directory) with a one-line error for anything wrong;
+    ``speculative`` ("off", "lookup", "draft:PATH", "auto") becomes the model's default speculation."""
+    from ..config import Speculative
     from ..runtime import LM, ModelLoadError
 
     check_device(device)
@@ -77,6 +87,12 @@ def load_model(
         raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
     except ValueError as exc:  # the device, dtype and attention backend, checked before loading
         raise CliError(str(exc)) from exc
+    try:
+        lm.speculative = Speculative.parse(speculative)
+        if lm.speculative is not None and lm.speculative.on:
+            lm.engine.speculator.drafter(lm.speculative)  # a draft model loads (and is checked) now
+    except (ValueError, ModelLoadError) as exc:
+        raise CliError(f"--speculative {speculative}: {exc}") from exc
     return lm
 
 
