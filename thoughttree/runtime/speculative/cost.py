@@ -60,6 +60,16 @@ class CostModel:
         return max(mean_y - slope * mean_x, 1e-9), slope
 
     # -- decisions -----------------------------------------------------------------------------
+    def worth_drafting(self, plain_rows: int) -> bool:
+        """Whether even a sure-looking draft node (score 1) could pay for its row this step; when
+        not, the drafter is not asked at all (but every ``explore_every`` steps it is, so the
+        measurements keep up)."""
+        if self._steps % self.explore_every == 0:
+            return True
+        fixed, per_row = self.line()
+        p = min(1.0, self.calibration)
+        return p * (fixed + per_row * plain_rows) > (per_row + self._draft_time) * plain_rows
+
     def budgets(self, plain_rows: int, scores: Sequence[Sequence[float]], adaptive: bool) -> list[int]:
         """How many leading nodes of each branch's ordered candidates (``scores[b]``) to verify.
 

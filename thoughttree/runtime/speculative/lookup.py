@@ -29,7 +29,7 @@ class TreeLookup:
     ``max_matches``: how many continuations one proposal gathers at most.
     """
 
-    def __init__(self, ngram: int = 3, max_matches: int = 32) -> None:
+    def __init__(self, ngram: int = 3, max_matches: int = 16) -> None:
         if ngram < 1 or max_matches < 1:
             raise ValueError(f"TreeLookup needs ngram >= 1 and max_matches >= 1, got {ngram} and {max_matches}")
         self.ngram, self.max_matches = ngram, max_matches
@@ -67,22 +67,29 @@ class TreeLookup:
         self._done[seg.id] = len(seg.tokens)
 
     def propose(self, branches: Sequence[Branch], max_nodes: int, max_depth: int) -> list[DraftTree]:
-        return [self._propose(b, max_nodes, max_depth) for b in branches]
+        # Branches of a batch often end in the same n-gram (siblings, shared bookkeeping text): one
+        # lookup serves them all within a step.
+        memo: dict[tuple[int, ...], DraftTree] = {}
+        out = []
+        for b in branches:
+            tail = tuple(b.tokens(self.ngram))
+            if tail not in memo:
+                memo[tail] = self._propose(tail, max_nodes, max_depth)
+            out.append(memo[tail])
+        return out
 
-    def _propose(self, branch: Branch, max_nodes: int, max_depth: int) -> DraftTree:
-        tail = branch.tokens(self.ngram)
+    def _propose(self, tail: tuple[int, ...], max_nodes: int, max_depth: int) -> DraftTree:
         for k in range(len(tail), 0, -1):
-            conts = self._continuations(self._index.get(tuple(tail[-k:]), ()), branch, max_depth)
+            conts = self._continuations(self._index.get(tail[-k:], ()), max_depth)
             if conts:
                 return _trie(conts, max_nodes)
         return DraftTree()
 
-    def _continuations(self, hits: Sequence[tuple[Segment, int]], branch: Branch, depth: int) -> list[list[int]]:
-        """Up to ``max_matches`` non-empty continuations of ``depth`` tokens at most, newest hits first."""
+    def _continuations(self, hits: Sequence[tuple[Segment, int]], depth: int) -> list[list[int]]:
+        """Up to ``max_matches`` non-empty continuations of ``depth`` tokens at most, newest hits first
+        (a hit at the end of a branch still decoding has none yet)."""
         out: list[list[int]] = []
         for seg, j in reversed(hits):
-            if seg is branch.context and j == len(seg.tokens):
-                continue  # the branch's own newest n-gram: what follows it is being drafted now
             stack = [(seg, j, [])]
             while stack and len(out) < self.max_matches:
                 s, i, acc = stack.pop()
@@ -91,8 +98,9 @@ class TreeLookup:
                     if acc:
                         out.append(acc)
                     continue
-                stack.extend((c, 0, acc) for c in reversed(s.children) if c.tokens and c is not branch.context)
-                if acc and not any(c.tokens and c is not branch.context for c in s.children):
+                kids = [c for c in s.children if c.tokens]
+                stack.extend((c, 0, acc) for c in reversed(kids))
+                if acc and not kids:
                     out.append(acc)
             if len(out) >= self.max_matches:
                 break

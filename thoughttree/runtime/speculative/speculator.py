@@ -100,6 +100,9 @@ class Speculator:
             # A branch emits at most its remaining length, the first token of which is the tip's own draw.
             if spec is not None and ends.limit[i] - len(outs[i].tokens) > 1:
                 by_spec.setdefault(spec, []).append(i)
+        for spec in list(by_spec):
+            if spec.adaptive and not self.costs.setdefault(spec, CostModel()).worth_drafting(len(still)):
+                del by_spec[spec]  # its branches decode plainly this step, the drafter not even asked
         for spec, members in by_spec.items():
             t0 = time.perf_counter()
             branches = [_branch(i, requests, outs) for i in members]
@@ -140,8 +143,8 @@ class Speculator:
             depths = {i: d.depths() for i, d in drafts.items()}
             steps = [len(outs[i].tokens) + (0 if k < 0 else depths[i][k]) for i, k in rows]
             host = sample_packed(logits, params, seeds, steps, fused=logits.device.type == "cuda").cpu().numpy()
-            for spec, members in by_spec.items():
-                self.costs[spec].record_step(len(targets), time.perf_counter() - t0)
+            for spec in {s for s in specs if s is not None}:
+                self.costs.setdefault(spec, CostModel()).record_step(len(targets), time.perf_counter() - t0)
             draw = {(i, k): (int(host[r, 0]), float(host[r, 1])) for r, (i, k) in enumerate(rows)}
             copies: list[tuple[int, int]] = []
             nxt = []
