@@ -60,7 +60,8 @@ def cpu_rows(args: argparse.Namespace, console: Console) -> None:
             for mode in ("off", "on"):
                 lm.speculative = args.speculative if mode == "on" else None
                 task, strategy = run.task_and_strategy()
-                s0 = (lm.stats.generated_tokens, lm.stats.forward_steps, lm.stats.accepted_tokens, lm.stats.draft_tokens)
+                st = lm.stats
+                s0 = (st.generated_tokens, st.forward_steps, st.accepted_tokens, st.draft_tokens)
                 t0 = time.perf_counter()
                 result = search(task, strategy, lm, problem=text, seed=derive_seed(run.seed, index))
                 seconds[mode] += time.perf_counter() - t0
@@ -109,7 +110,8 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         table.add_column(col, justify="right")
     for branches in (1, 8, 64):
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
-        kids = tree.expand([tree.root], n=branches, sampling=Sampling(max_tokens=4, temperature=1.0, ignore_eos=True))[0]
+        short = Sampling(max_tokens=4, temperature=1.0, ignore_eos=True)
+        kids = tree.expand([tree.root], n=branches, sampling=short)[0]
         plain = None
         for k in (0, 1, 2, 4, 8, 16):
             made: list = []

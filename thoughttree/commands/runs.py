@@ -231,7 +231,8 @@ def _speculation_line(entries: list[dict[str, Any]]) -> str:
     if not totals["draft_tokens"]:
         return ""
     return (f"speculation: {format_stat(totals['draft_tokens'])} draft tokens verified, "
-            f"{format_stat(totals['accepted_tokens'])} kept ({totals['accepted_tokens'] / totals['draft_tokens']:.1%}); "
+            f"{format_stat(totals['accepted_tokens'])} kept "
+            f"({totals['accepted_tokens'] / totals['draft_tokens']:.1%}); "
             f"{totals['generated_tokens'] / max(1, totals['forward_steps']):.2f} tokens per forward")
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ..kv_pool import KVPoolExhausted
 from .drafter import Branch, DraftTree
 
 if TYPE_CHECKING:
@@ -53,38 +54,36 @@ class DraftModel:
         dkv, engine = self.lm.kv, self.lm.engine
         drafts = [DraftTree() for _ in branches]
         temp: list[Segment] = []
+        # Per branch, the nodes of the deepest level that grow next: (draft node or -1, the
+        # draft-side segment ending in its token, its cumulative draft probability).
+        frontier: list[list[tuple[int, Segment, float]]] = []
+        for b in branches:
+            tail = self._tails[b.key]
+            frontier.append([(-1, tail if tail.tokens or tail.parent is None else tail.parent, 1.0)])
         try:
-            # frontier per branch: (draft node or -1, its draft-side segment, score)
-            frontier = []
-            for b in branches:
-                tail = self._tails[b.key]
-                seg = tail if tail.tokens else tail.parent
-                frontier.append([(-1, seg, 1.0)])
             for _ in range(max_depth):
                 rows = [(bi, f) for bi, fs in enumerate(frontier) for f in fs]
                 if not rows:
                     break
                 logits = engine.forward([(seg, len(seg.tokens) - 1) for _, (_, seg, _) in rows])
-                probs, ids = torch.softmax(logits.float(), dim=-1).topk(self.width, dim=-1)
-                probs, ids = probs.cpu().tolist(), ids.cpu().tolist()
-                grown: list[list[tuple[int, int, float]]] = [[] for _ in branches]
-                for r, (bi, (node, _, score)) in enumerate(rows):
+                top_p, top_ids = torch.softmax(logits.float(), dim=-1).topk(self.width, dim=-1)
+                probs, ids = top_p.cpu().tolist(), top_ids.cpu().tolist()
+                grown: list[list[tuple[int, Segment, float]]] = [[] for _ in branches]
+                for r, (bi, (node, seg, score)) in enumerate(rows):
                     for p, t in zip(probs[r], ids[r]):
                         if len(drafts[bi]) < max_nodes:
-                            grown[bi].append((drafts[bi].add(node, t, score * p), t, score * p))
+                            grown[bi].append((drafts[bi].add(node, t, score * p), seg, score * p))
                 frontier = []
-                by_node = {}
-                for r, (bi, (node, seg, _)) in enumerate(rows):
-                    by_node[(bi, node)] = seg
                 for bi, kids in enumerate(grown):
-                    best = sorted(kids, key=lambda x: -x[2])[: self.width]
-                    fs = []
-                    for k, t, score in best:
-                        seg = dkv.open_child(by_node[(bi, drafts[bi].parents[k])])
+                    level = []
+                    for k, parent_seg, score in sorted(kids, key=lambda x: -x[2])[: self.width]:
+                        seg = dkv.open_child(parent_seg)
                         temp.append(seg)
-                        dkv.append_each([seg], [t])
-                        fs.append((k, seg, score))
-                    frontier.append(fs)
+                        dkv.append_each([seg], [drafts[bi].tokens[k]])
+                        level.append((k, seg, score))
+                    frontier.append(level)
+        except KVPoolExhausted:  # the draft pool is full: what was drafted so far still serves
+            pass
         finally:
             for seg in reversed(temp):
                 dkv.release(seg)
@@ -106,7 +105,9 @@ def check_same_tokenizer(target: Any, draft: Any, target_path: str, draft_path: 
                          "a draft model must share the target's tokenizer (the same vocabulary and ids)")
 
 
-def draft_loader(tokenizer: Any, cfg: ModelConfig, device: torch.device, target_path: str) -> Callable[[str], DraftModel]:
+def draft_loader(
+    tokenizer: Any, cfg: ModelConfig, device: torch.device, target_path: str
+) -> Callable[[str], DraftModel]:
     """A function loading a draft model from a path onto ``device``, checked against the target."""
 
     def load(path: str) -> DraftModel:

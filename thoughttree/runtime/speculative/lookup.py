@@ -90,7 +90,7 @@ class TreeLookup:
         (a hit at the end of a branch still decoding has none yet)."""
         out: list[list[int]] = []
         for seg, j in reversed(hits):
-            stack = [(seg, j, [])]
+            stack: list[tuple[Segment, int, list[int]]] = [(seg, j, [])]
             while stack and len(out) < self.max_matches:
                 s, i, acc = stack.pop()
                 acc = acc + s.tokens[i : i + depth - len(acc)]

@@ -115,7 +115,8 @@ class Speculator:
             cost = self.costs.setdefault(spec, CostModel())
             cost.record_draft(time.perf_counter() - t0)
             stats.draft_seconds += time.perf_counter() - t0
-            budgets = cost.budgets(len(still), [[d.scores[k] for k in o] for d, o in zip(proposed, orders)], spec.adaptive)
+            scores = [[d.scores[k] for k in o] for d, o in zip(proposed, orders)]
+            budgets = cost.budgets(len(still), scores, spec.adaptive)
             for i, d, o, b in zip(members, proposed, orders, budgets):
                 if b:
                     drafts[i] = d.subset(o[:b])
@@ -178,6 +179,7 @@ class Speculator:
             if child is None:
                 run.append((token, lp, -1))
                 break
+            assert where is not None  # a draft has places
             seg, j = where[child]
             run.append((token, lp, seg.slots[j]))
             token, lp = draw[(i, child)]
