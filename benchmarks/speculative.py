@@ -38,6 +38,9 @@ from thoughttree.tasks.game24.task import as_puzzle
 from thoughttree.tree.thought_tree import derive_seed
 
 
+TINY = dict(layers=2, hidden=128, heads=4, kv_heads=2, intermediate=256, vocab=512)  # checks the code path on a CPU
+
+
 def tree_tokens(tree: ThoughtTree) -> list[tuple[int, tuple[int, ...]]]:
     return [(n.parent.id if n.parent else -1, tuple(n.tokens)) for n in tree.nodes]
 
@@ -93,8 +96,9 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     from thoughttree.runtime.speculative import DraftModel, DraftTree
     from thoughttree.runtime.speculative.speculator import _draft_segments
 
+    shapes = {**SHAPES, "tiny": TINY}
     dev = torch.device(args.device)
-    lm = random_lm(SHAPES[args.shape], args.device)
+    lm = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 30)
     measured = roofs(dev)
     copy, mm = measured if measured is not None else (float("inf"), float("inf"))
     weights, _ = step_bytes(lm)
@@ -140,12 +144,12 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
             plain = ms if k == 0 else plain
             floor = 1e3 * max(weights / copy, 2 * params * len(targets) / mm)
             table.add_row(str(branches), str(k), str(len(targets)), f"{ms:.2f}", f"{ms / plain:.2f}",
-                          f"{floor:.2f}", f"{ms / floor:.2f}")
+                          f"{floor:.2f}" if floor else "–", f"{ms / floor:.2f}" if floor else "–")
         tree.release_kv()
     console.print(table)
 
-    small = random_lm(SHAPES["default"], args.device, kv_bytes=4 << 30)
-    twin = random_lm(SHAPES[args.shape], args.device, kv_bytes=8 << 30) if args.twin else None
+    small = random_lm(TINY if args.shape == "tiny" else SHAPES["default"], args.device, kv_bytes=args.kv_gib << 28)
+    twin = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 29) if args.twin else None
     table = Table(title=f"tokens/s of {args.tokens}-token expansions, {args.shape}, {dev}")
     for col in ("branches", "drafter", "shape", "tokens/s", "÷ off", "acceptance", "tokens/forward",
                 "draft nodes/branch/step"):
@@ -188,7 +192,8 @@ def main() -> None:
     p.add_argument("--start", type=int, default=900)
     p.add_argument("--limit", type=int, default=100, help="puzzles from --start (default 100: 900-999)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
-    p.add_argument("--shape", default="llama3-8b")
+    p.add_argument("--shape", default="llama3-8b", help="llama3-8b, default, or tiny (a check of the code on a CPU)")
+    p.add_argument("--kv-gib", type=int, default=16, help="KV pool of the target (GiB; the draft models get less)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--tokens", type=int, default=64)
@@ -197,7 +202,7 @@ def main() -> None:
                    help="also run a draft model equal to the target (a second copy of its weights)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    console = Console()
+    console = Console(width=200)
     console.print(f"$ python {shlex.join(sys.argv)}")
     if args.part == "cpu":
         cpu_rows(args, console)

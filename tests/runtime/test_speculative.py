@@ -281,13 +281,33 @@ def test_cost_model_stops_drafting_when_drafts_are_never_kept():
     from thoughttree.runtime.speculative import CostModel
 
     cost = CostModel()
-    assert cost.budgets(8, [[0.9, 0.8]] * 8, adaptive=True) != [0] * 8
+    nodes = [[(0.9, 1), (0.8, 2)]] * 8
+    assert cost.budgets(8, nodes, adaptive=True) != [0] * 8
     for _ in range(60):
         cost.record_step(8, 0.010)
-        cost.record_step(24, 0.030)  # rows dear: each costs as much as a third of a plain step
-        cost.record_acceptance([0.9, 0.8], 0)
-    assert cost.budgets(8, [[0.9, 0.8]] * 8, adaptive=True) == [0] * 8
-    assert cost.budgets(8, [[0.9, 0.8]] * 8, adaptive=False) == [2] * 8
+        cost.record_step(24, 0.022)  # rows dear: 16 more cost more than a plain step
+        cost.record_acceptance([0.9, 0.8], [1, 2], [False, False])
+        cost.end_step()
+    assert cost.budgets(8, nodes, adaptive=True) == [0] * 8
+    assert not cost.worth_drafting(8) or cost._steps % cost.explore_every == 0
+    assert cost.budgets(8, nodes, adaptive=False) == [2] * 8
+    for _ in range(60):  # the same rows, every draft kept: drafting pays again
+        cost.record_acceptance([0.9, 0.8], [1, 2], [True, True])
+        cost.end_step()
+    assert cost.budgets(8, nodes, adaptive=True) == [2] * 8
+
+
+def test_cost_model_learns_that_unsure_drafts_are_kept():
+    from thoughttree.runtime.speculative import CostModel
+
+    cost = CostModel()
+    for _ in range(40):
+        cost.record_step(1, 0.010)
+        cost.record_step(9, 0.011)  # rows cheap: a GPU below its FLOP limit
+        cost.record_acceptance([0.01], [1], [True])  # a draft model unsure of tokens it gets right
+        cost.end_step()
+    assert cost.acceptance(0.01, 1) > 0.9
+    assert cost.budgets(1, [[(0.01, 1), (0.0001, 2)]], adaptive=True)[0] >= 1
 
 
 def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir):

@@ -82,7 +82,9 @@ class TreeLookup:
         for k in range(len(tail), 0, -1):
             conts = self._continuations(self._index.get(tail[-k:], ()), max_depth)
             if conts:
-                return _trie(conts, max_nodes)
+                # A shorter match is weaker evidence: its scores are scaled down so the cost model
+                # can tell (it bins acceptance by score).
+                return _trie(conts, max_nodes, k / self.ngram)
         return DraftTree()
 
     def _continuations(self, hits: Sequence[tuple[Segment, int]], depth: int) -> list[list[int]]:
@@ -114,9 +116,9 @@ class TreeLookup:
         self._done.clear()
 
 
-def _trie(conts: list[list[int]], max_nodes: int) -> DraftTree:
-    """The continuations merged into a draft tree, scored by the share of them through each node,
-    keeping the ``max_nodes`` best-scored nodes."""
+def _trie(conts: list[list[int]], max_nodes: int, weight: float) -> DraftTree:
+    """The continuations merged into a draft tree, scored by ``weight`` times the share of them
+    through each node, keeping the ``max_nodes`` best-scored nodes."""
     children: list[dict[int, int]] = [{}]  # trie node 0 is the branch's newest token
     counts = [0]
     parent_of = [-1]
@@ -140,5 +142,5 @@ def _trie(conts: list[list[int]], max_nodes: int) -> DraftTree:
     draft = DraftTree()
     for k in keep:
         p = parent_of[k]
-        draft.add(index[p] if p > 0 else -1, token_of[k], counts[k] / total)
+        draft.add(index[p] if p > 0 else -1, token_of[k], weight * counts[k] / total)
     return draft

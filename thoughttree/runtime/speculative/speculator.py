@@ -115,8 +115,9 @@ class Speculator:
             cost = self.costs.setdefault(spec, CostModel())
             cost.record_draft(time.perf_counter() - t0)
             stats.draft_seconds += time.perf_counter() - t0
-            scores = [[d.scores[k] for k in o] for d, o in zip(proposed, orders)]
-            budgets = cost.budgets(len(still), scores, spec.adaptive)
+            depths = [d.depths() for d in proposed]
+            nodes = [[(d.scores[k], dep[k]) for k in o] for d, o, dep in zip(proposed, orders, depths)]
+            budgets = cost.budgets(len(still), nodes, spec.adaptive)
             for i, d, o, b in zip(members, proposed, orders, budgets):
                 if b:
                     drafts[i] = d.subset(o[:b])
@@ -157,6 +158,8 @@ class Speculator:
         finally:
             for seg in made:
                 kv.release(seg)
+        for spec in by_spec:
+            self.costs[spec].end_step()
         if engine.after_step is not None:
             engine.after_step()
         stats.speculative_steps += 1
@@ -169,6 +172,7 @@ class Speculator:
         """Append what request ``i`` keeps this step; returns whether it goes on."""
         engine = self.engine
         run: list[tuple[int, float, int]] = []  # (token, log-probability, draft slot holding its KV or -1)
+        path: list[int] = []  # the draft nodes kept
         token, lp = draw[(i, -1)]
         at = -1
         kids: dict[tuple[int, int], int] = {}
@@ -182,6 +186,7 @@ class Speculator:
             assert where is not None  # a draft has places
             seg, j = where[child]
             run.append((token, lp, seg.slots[j]))
+            path.append(child)
             token, lp = draw[(i, child)]
             at = child
         out = outs[i]
@@ -208,7 +213,8 @@ class Speculator:
         spec = specs[i]
         if spec is not None:
             if draft is not None:
-                self.costs[spec].record_acceptance(draft.scores, accepted)
+                kept = set(path)
+                self.costs[spec].record_acceptance(draft.scores, draft.depths(), [k in kept for k in range(len(draft))])
             drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
         return going
 
