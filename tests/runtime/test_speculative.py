@@ -136,9 +136,12 @@ def test_every_strategy_returns_the_same_tree(tiny_lm, make, kind, temperature):
     plain = search(task, make(), lm, problem="4 5 6 10", seed=2)
     drafted_before = lm.stats.draft_tokens
     trees = []
-    for spec in (Speculative(drafter=Echo(lm.draft_twin), shape="dynamic", adaptive=False),
-                 Speculative(drafter="lookup", shape="chain", adaptive=False, max_depth=4),
-                 Speculative(drafter=Echo(lm.draft_twin, noise=True), shape="tree", top_k=2, adaptive=False)):
+    # Greedy and sampled runs between them cover both drafters and every shape.
+    specs = ((Speculative(drafter=Echo(lm.draft_twin), shape="dynamic", adaptive=False),
+              Speculative(drafter="lookup", shape="chain", adaptive=False, max_depth=4)) if temperature == 0 else
+             (Speculative(drafter=Echo(lm.draft_twin, noise=True), shape="tree", top_k=2, adaptive=False),
+              Speculative(drafter="lookup", shape="dynamic", max_nodes=6)))
+    for spec in specs:
         lm.speculative = spec
         trees.append(search(task, make(), lm, problem="4 5 6 10", seed=2).tree)
     lm.speculative = None

@@ -84,13 +84,20 @@ class Speculator:
                     begun.append(drafters[s])
             still = list(range(len(requests)))
             while still:
-                still = self._step(requests, outs, ends, specs, drafters, still)
+                still, asked = self._step(requests, outs, ends, specs, drafters, still)
+                if still and not asked and self.engine.fast_decode:
+                    # No draft pays for its rows now: the rest of the call runs on the fixed-buffer
+                    # steps that plain decoding uses, which cost less host time than general steps.
+                    self.engine._decode_fast(requests, outs, still, ends)
+                    still = []
         finally:
             for d in begun:
                 d.end()
 
     def _step(self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
-              specs: Sequence[Speculative | None], drafters: dict[Speculative, Drafter], still: list[int]) -> list[int]:
+              specs: Sequence[Speculative | None], drafters: dict[Speculative, Drafter], still: list[int]
+              ) -> tuple[list[int], bool]:
+        """One verification step; returns the requests that go on and whether a drafter was asked."""
         engine, kv = self.engine, self.engine.kv
         stats = engine.stats
         drafts: dict[int, DraftTree] = {}
@@ -115,8 +122,8 @@ class Speculator:
             cost = self.costs.setdefault(spec, CostModel())
             cost.record_draft(time.perf_counter() - t0)
             stats.draft_seconds += time.perf_counter() - t0
-            depths = [d.depths() for d in proposed]
-            nodes = [[(d.scores[k], dep[k]) for k in o] for d, o, dep in zip(proposed, orders, depths)]
+            levels = [d.depths() for d in proposed]
+            nodes = [[(d.scores[k], dep[k]) for k in o] for d, o, dep in zip(proposed, orders, levels)]
             budgets = cost.budgets(len(still), nodes, spec.adaptive)
             for i, d, o, b in zip(members, proposed, orders, budgets):
                 if b:
@@ -163,7 +170,7 @@ class Speculator:
         if engine.after_step is not None:
             engine.after_step()
         stats.speculative_steps += 1
-        return nxt
+        return nxt, bool(by_spec)
 
     def _emit(self, i: int, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
               draft: DraftTree | None, where: list[tuple[Segment, int]] | None,
