@@ -160,8 +160,10 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     for branches in (1, 8, 64):
         base = None
         for name, drafter in drafters:
-            for shape in (("chain", "dynamic") if drafter is not None else ("-",)):
-                spec = None if drafter is None else Speculative(drafter=drafter, shape=shape)
+            # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
+            for shape in (("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",)):
+                spec = None if drafter is None else Speculative(drafter=drafter, shape=shape.split(",")[0],
+                                                                adaptive=not shape.endswith("full"))
                 sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
                 s0 = (lm.stats.generated_tokens, lm.stats.forward_steps, lm.stats.accepted_tokens,
                       lm.stats.draft_tokens, lm.stats.speculative_steps)
