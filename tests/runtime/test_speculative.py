@@ -336,3 +336,15 @@ def test_lookup_on_the_bundled_model_keeps_the_tokens_and_saves_forwards(bundled
     same_trees(trees[0][0], trees[1][0])
     assert trees[1][1] < trees[0][1]
     assert math.isfinite(lm.stats.acceptance_rate) and lm.stats.tokens_per_forward > 0
+
+
+def test_the_command_line_option_sets_the_models_default():
+    from thoughttree.commands.common import CliError
+    from thoughttree.commands.model import load_model
+
+    lm = load_model("bundled", "cpu", None, speculative="auto")
+    assert lm.speculative == Speculative(drafter="lookup")
+    with pytest.raises(CliError, match="--speculative bogus: .*'lookup', 'draft:PATH'"):
+        load_model("bundled", "cpu", None, speculative="bogus")
+    with pytest.raises(CliError, match="--speculative draft:/nonexistent: .*does not exist"):
+        load_model("bundled", "cpu", None, speculative="draft:/nonexistent")
