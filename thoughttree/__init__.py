@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import strategies, tasks
-from .config import RuntimeConfig, Sampling
+from .config import RuntimeConfig, Sampling, Speculative
 from .search import Budget, SearchError, search
 from .search_result import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
@@ -43,6 +43,7 @@ __all__ = [
     "Sampling",
     "SearchError",
     "SearchResult",
+    "Speculative",
     "Statistics",
     "Status",
     "ThoughtTree",

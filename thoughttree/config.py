@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,62 @@ def _tuple_of_str(value: str | tuple[str, ...] | list[str] | None) -> tuple[str,
 
 
 @dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding: a drafter proposes a small token tree after each branch's newest
+    token, the target model verifies it in the step's one forward, and the tokens the seeded
+    sampler would have drawn anyway are kept, so the output equals plain decoding.
+
+    ``drafter``: "lookup" (n-grams of the thought tree's own tokens), "draft:PATH" (a smaller
+    model with the same tokenizer, loaded from PATH), "off", or an object implementing
+    ``thoughttree.runtime.speculative.Drafter``. ``shape``: "chain" (one path), "tree" (the
+    ``top_k`` best continuations at each draft node) or "dynamic" (the ``max_nodes`` nodes of
+    highest cumulative draft probability). ``max_depth`` bounds a draft path, ``max_nodes`` a
+    branch's draft per step. With ``adaptive`` a cost model fed by measured acceptance and
+    measured step times sizes each branch's draft per step, down to none; without it every
+    branch drafts its full budget. ``ngram``: the longest suffix the lookup drafter matches.
+    """
+
+    drafter: Any = "lookup"
+    shape: str = "dynamic"
+    max_depth: int = 8
+    max_nodes: int = 16
+    top_k: int = 2
+    adaptive: bool = True
+    ngram: int = 3
+
+    def __post_init__(self) -> None:
+        problems = []
+        d = self.drafter
+        if isinstance(d, str) and not (d in ("lookup", "off") or (d.startswith("draft:") and len(d) > 6)):
+            problems.append(f"drafter must be 'lookup', 'draft:PATH', 'off' or a Drafter object, got {d!r}")
+        if self.shape not in ("chain", "tree", "dynamic"):
+            problems.append(f"shape must be 'chain', 'tree' or 'dynamic', got {self.shape!r}")
+        for name in ("max_depth", "max_nodes", "top_k", "ngram"):
+            value = getattr(self, name)
+            if not _whole(value) or value < 1:
+                problems.append(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.adaptive, bool):
+            problems.append(f"adaptive must be True or False, got {self.adaptive!r}")
+        if problems:
+            raise ValueError("invalid Speculative: " + "; ".join(problems))
+
+    @property
+    def on(self) -> bool:
+        return self.drafter != "off"
+
+    @staticmethod
+    def parse(value: Speculative | str | None) -> Speculative | None:
+        """A Speculative from the command-line form: "off", "lookup", "draft:PATH" or "auto" (the
+        lookup drafter, sized by the cost model); None stays None."""
+        if value is None or isinstance(value, Speculative):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"speculative must be 'off', 'lookup', 'draft:PATH', 'auto' or a Speculative, "
+                             f"got {value!r}")
+        return Speculative(drafter="lookup" if value == "auto" else value)
+
+
+@dataclass(frozen=True)
 class Sampling:
     """How to sample a continuation.
 
@@ -35,6 +92,9 @@ class Sampling:
     or when the text generated so far contains any of the ``stop`` strings (also when a stop
     string spans several tokens); the token that completes a stop string is kept, so a node's
     text always equals its decoded tokens. ``seed`` mixes into every request's own seed.
+    ``speculative`` ("lookup", "draft:PATH", "auto", "off" or a :class:`Speculative`) drafts and
+    verifies several tokens per forward with the same output; None uses the model's default
+    (``LM.speculative``).
     """
 
     max_tokens: int = 64
@@ -46,9 +106,14 @@ class Sampling:
     stop_token_ids: tuple[int, ...] = field(default=())
     ignore_eos: bool = False
     seed: int = 0
+    speculative: Speculative | None = None
 
     def __post_init__(self) -> None:
         problems = []
+        try:
+            object.__setattr__(self, "speculative", Speculative.parse(self.speculative))
+        except ValueError as exc:
+            problems.append(str(exc))
         stop = _tuple_of_str(self.stop) if isinstance(self.stop, (str, tuple, list)) or self.stop is None else None
         if stop is None or not all(isinstance(s, str) and s for s in stop):
             problems.append(f"stop must be a non-empty string or a list of them, got {self.stop!r}")

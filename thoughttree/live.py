@@ -45,6 +45,8 @@ _LABELS: dict[str, tuple[str, str]] = {
     "wall_time": ("time", " s"),
     "expand_seconds": ("expanding", " s"),
     "evaluate_seconds": ("evaluating", " s"),
+    "acceptance": ("drafts kept", ""),
+    "tokens_per_forward": ("tok/forward", ""),
 }
 
 

@@ -18,18 +18,22 @@ from .tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tre
 
 SEARCH_FORMAT_VERSION = 1
 _RESULT_FIELDS = ("answer", "best", "solutions", "stopped", "statistics")
-COUNTERS = ("forward_steps", "prefill_tokens", "generated_tokens", "attended_tokens", "unique_tokens")
+COUNTERS = ("forward_steps", "prefill_tokens", "generated_tokens", "attended_tokens", "unique_tokens", "draft_tokens",
+            "accepted_tokens")
 
 
 @dataclass(frozen=True)
 class Counters:
-    """Model work: forward steps, tokens prefilled and generated, KV tokens attended and unique."""
+    """Model work: forward steps, tokens prefilled and generated, KV tokens attended and unique, and
+    speculative draft tokens verified and kept."""
 
     forward_steps: int = 0
     prefill_tokens: int = 0
     generated_tokens: int = 0
     attended_tokens: int = 0
     unique_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
 
     @classmethod
     def read(cls, lm: Any) -> Counters:
@@ -77,6 +81,8 @@ class Statistics:
     generated_tokens: int = 0
     attended_tokens: int = 0
     unique_tokens: int = 0
+    draft_tokens: int = 0  # speculative draft tokens verified, and of them kept
+    accepted_tokens: int = 0
     nodes: int = 0
     wall_time: float = 0.0
     per_round: tuple[RoundStats, ...] = field(default=(), repr=False)
@@ -98,9 +104,21 @@ class Statistics:
             "expand_seconds": sum(r.expand_seconds for r in self.per_round),
             "evaluate_seconds": sum(r.evaluate_seconds for r in self.per_round),
         }
+        if self.draft_tokens:
+            out["acceptance"] = self.acceptance_rate
+            out["tokens_per_forward"] = self.tokens_per_forward
         if best_value is not None:
             out["best_value"] = best_value
         return out
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Speculative draft tokens kept over those verified (0 without speculation)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.generated_tokens / self.forward_steps if self.forward_steps else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,7 +21,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
-from .model import ATTENTION, add_remote_arguments, check_device, load_model, model_meta, remote_options
+from .model import ATTENTION, add_remote_arguments, add_speculative, check_device, load_model, model_meta, remote_options
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout
@@ -39,6 +39,7 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="weights and KV dtype")
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend (auto: Triton kernels on a GPU with 16-bit weights, else reference)")
+    add_speculative(p)
     add_tensor_parallel(p)
     add_data_parallel(p)
     p.add_argument("--method", choices=METHODS, default="bon",
@@ -161,7 +162,8 @@ def run_apps(args: argparse.Namespace) -> int:
     problems = _load_apps(args.data, selection)
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
+                    args.tensor_parallel, args.collective_timeout, speculative=args.speculative,
+                    **remote_options(args))
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
     split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
@@ -200,7 +202,8 @@ def run_humaneval(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
+                    args.tensor_parallel, args.collective_timeout, speculative=args.speculative,
+                    **remote_options(args))
     style, render = _style(args, lm)
     task = humaneval.HumanEval(problems, method.task_config(), style=style, render=render)
     meta = {"task": "humaneval", "start": args.start, "end": args.end, "method": asdict(method), "k": args.k,

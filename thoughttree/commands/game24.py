@@ -26,7 +26,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
 from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
 from .launch import add_data_parallel, join_launch
-from .model import ATTENTION, add_model_arguments, is_bundled, is_remote, load_model, remote_options
+from .model import ATTENTION, add_model_arguments, add_speculative, is_bundled, is_remote, load_model, remote_options
 
 if TYPE_CHECKING:
     from ..runtime import LM
@@ -99,7 +99,8 @@ def run_game24_command(args: argparse.Namespace) -> int:
     options.check()
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout, **remote_options(args))
+                    args.tensor_parallel, args.collective_timeout, speculative=args.speculative,
+                    **remote_options(args))
     try:
         check_prompts_fit(lm, run)
     except ValueError as exc:
@@ -189,6 +190,7 @@ def add_demo(sub: Subparsers) -> None:
                    help=f"how many puzzles from index {DEMO_START} (default 3, at most {NUM_PUZZLES - DEMO_START})")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--attention", choices=ATTENTION, default="auto", help="tree-attention backend (default auto)")
+    add_speculative(p)
     p.set_defaults(run=run_demo)
 
 
@@ -196,7 +198,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if DEMO_START + args.puzzles > NUM_PUZZLES:
         raise CliError(f"--puzzles {args.puzzles}: the data has {NUM_PUZZLES - DEMO_START} puzzles from index "
                        f"{DEMO_START}; use --puzzles {NUM_PUZZLES - DEMO_START} or fewer")
-    lm = load_model("bundled", args.device, None, args.attention)
+    lm = load_model("bundled", args.device, None, args.attention, speculative=args.speculative)
     run = Game24Run(method="bfs", start=DEMO_START, end=DEMO_START + args.puzzles)
     console = Console()
     console.print(f"Tree-of-Thoughts BFS (breadth {run.breadth}) with the bundled model on puzzles "
@@ -259,7 +261,8 @@ def add_bench(sub: Subparsers) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     if is_remote(args.model):
         raise CliError("bench times the local runtime; time a server with benchmarks/serve.py")
-    lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout)
+    lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout,
+                    speculative=args.speculative)
     if args.tokens >= lm.max_context:
         raise CliError(f"--tokens {args.tokens} leaves no room for a prompt in the model's context of {lm.max_context}")
     if args.prompt_tokens is None:

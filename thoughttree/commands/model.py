@@ -46,6 +46,7 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
+    add_speculative(p)
     add_tensor_parallel(p)
 
 
@@ -91,6 +92,13 @@ def load_remote(spec: str, model: str | None, tokenizer: str | None, context: in
         raise CliError(f"--model {spec}: {exc}") from exc
 
 
+def add_speculative(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--speculative", default="off", metavar="off|lookup|draft:PATH|auto",
+                   help="draft tokens and verify them in the same forward, with the same output: lookup (n-grams "
+                        "of the search tree's own text), draft:PATH (a smaller model with the same tokenizer), "
+                        "auto (lookup, sized per step by measurement); default off")
+
+
 def check_device(device: str | None) -> None:
     """A one-line error for a device this torch cannot run on."""
     if device is None:
@@ -107,11 +115,16 @@ def load_model(
     spec: str, device: str | None, dtype: str | None, attention: str = "auto", tensor_parallel: int = 1,
     collective_timeout_s: float = RuntimeConfig.collective_timeout_s, num_pages: int | None = None,
     remote_model: str | None = None, remote_tokenizer: str | None = None, remote_context: int | None = None,
-    remote_concurrency: int = 64,
+    remote_concurrency: int = 64, speculative: str = "off",
 ) -> LM:
     """Load ``spec`` (``bundled`` or a directory; a server's URL gives a RemoteLM) with a one-line
-    error for anything wrong."""
+    error for anything wrong; ``speculative`` ("off", "lookup", "draft:PATH", "auto") becomes the
+    model's default speculation (a remote model takes only "off")."""
+    from ..config import Speculative
+
     if is_remote(spec):
+        if speculative != "off":
+            raise CliError(f"--speculative {speculative}: speculation runs on a local model; a server decodes itself")
         return load_remote(spec, remote_model, remote_tokenizer, remote_context, remote_concurrency)
     from ..runtime import LM, ModelLoadError
 
@@ -126,6 +139,12 @@ def load_model(
         raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
     except ValueError as exc:  # the device, dtype and attention backend, checked before loading
         raise CliError(str(exc)) from exc
+    try:
+        lm.speculative = Speculative.parse(speculative)
+        if lm.speculative is not None and lm.speculative.on:
+            lm.engine.speculator.drafter(lm.speculative)  # a draft model loads (and is checked) now
+    except (ValueError, ModelLoadError) as exc:
+        raise CliError(f"--speculative {speculative}: {exc}") from exc
     return lm
 
 

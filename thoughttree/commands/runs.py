@@ -205,6 +205,9 @@ def run_stats(args: argparse.Namespace) -> int:
         rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None, total_halves)))
     console = Console()
     console.print(_stats_table(one_line(str(args.run_file), 200), rows, console))
+    speculation = _speculation_line([entry for _, entry, _ in chosen])
+    if speculation:
+        console.print(speculation)
     if run.meta or run.totals:
         meta = Table(title="run", title_justify="left", show_header=False, box=box.SIMPLE)
         meta.add_column("key", style="dim")
@@ -214,6 +217,23 @@ def run_stats(args: argparse.Namespace) -> int:
             meta.add_row(Text(one_line(key, 60)), Text(one_line(text, 10_000)))
         console.print(meta)
     return 0
+
+
+def _speculation_line(entries: list[dict[str, Any]]) -> str:
+    """Speculative decoding over these problems: drafts verified and kept, tokens per forward ("" without)."""
+    totals = dict.fromkeys(("draft_tokens", "accepted_tokens", "generated_tokens", "forward_steps"), 0)
+    for entry in entries:
+        stats = entry.get("result", {}).get("statistics") if isinstance(entry.get("result"), dict) else None
+        if isinstance(stats, dict):
+            for key in totals:
+                value = stats.get(key, 0)
+                totals[key] += value if isinstance(value, int) else 0
+    if not totals["draft_tokens"]:
+        return ""
+    return (f"speculation: {format_stat(totals['draft_tokens'])} draft tokens verified, "
+            f"{format_stat(totals['accepted_tokens'])} kept "
+            f"({totals['accepted_tokens'] / totals['draft_tokens']:.1%}); "
+            f"{totals['generated_tokens'] / max(1, totals['forward_steps']):.2f} tokens per forward")
 
 
 # -- export --------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from .graphs import Capacity, DecodeArena, row_bucket
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .sampler import sample_packed, unpack
+from .speculative.speculator import Speculator
 from .stops import StopWindow
 
 
@@ -51,6 +52,18 @@ class EngineStats:
     graph_failures: int = 0  # captures that raised (their buckets run eagerly)
     plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
     plans_ahead: int = 0  # of those, built while the step before ran and used
+    speculative_steps: int = 0  # forwards that verified drafts (or could have: see speculative/)
+    draft_tokens: int = 0  # draft tokens verified
+    accepted_tokens: int = 0  # draft tokens kept (equal to the target's draws)
+    draft_seconds: float = 0.0  # time the drafters took
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.generated_tokens / self.forward_steps if self.forward_steps else 0.0
 
     @property
     def reuse_factor(self) -> float:
@@ -182,6 +195,8 @@ class Engine:
         # H200 its steps took 0.2-2.2% less time with 4k-16k prompts; from 192 rows the 128-row
         # tiles were within 1% either way, so they keep them (BENCHMARKS.md).
         self.decode_work_config = WorkConfig(wide_sms=0, wide_tiles=(129, 4096))
+        self.speculator = Speculator(self)
+        self.after_step: Callable[[], None] | None = None  # called after each speculative step (tests check KV there)
 
     @property
     def fast_decode(self) -> bool:
@@ -330,16 +345,20 @@ class Engine:
         fused = self.model.device.type == "cuda"
         try:
             still = list(range(len(requests)))
+            specs = self.speculator.options(requests)
+            if specs is not None:  # every step, the first included, verifies drafts
+                self.speculator.decode(requests, outs, ends, specs)
+                still = []
             # Step 0 runs on the fixed buffers too when every parent path has its KV but for perhaps
             # the parent's last token (a branch that just finished); else one general forward
             # computes the missing KV (a prompt's prefill) and step 0's logits.
-            if not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
+            if still and not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
                 logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
                 packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
                 draw = unpack(packed)
                 self._take(still, draw.tokens, draw.logprobs, outs)
                 still = self._still_active(still, outs, ends)
-            if self.fast_decode:
+            if self.fast_decode and still:
                 self._decode_fast(requests, outs, still, ends)
                 still = []
             while still:  # general steps

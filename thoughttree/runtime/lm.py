@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..config import RuntimeConfig, Sampling
+from ..config import RuntimeConfig, Sampling, Speculative
 from ..tree import Generation, Node, ThoughtTree
 from .checkpoint import load_transformer
 from .detokenize import Detokenizer
@@ -20,6 +20,7 @@ from .kv_tree import KVTree, Segment
 from .memory import plan_memory
 from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError
+from .speculative.draft_model import draft_loader
 from .parallel import TensorParallel, check_divisible, local_device
 
 CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
@@ -146,6 +147,7 @@ class LM:
             cleans_up_spaces=self._detokenize.cleans_up_spaces,
             eos_token_ids=self.eos_token_ids, max_context=cfg.max_context, runtime=runtime,
         )
+        self.engine.speculator.load_draft = draft_loader(tokenizer, cfg, model.device, path)
 
     @classmethod
     def from_pretrained(
@@ -211,6 +213,16 @@ class LM:
     @property
     def stats(self) -> EngineStats:
         return self.engine.stats
+
+    @property
+    def speculative(self) -> Speculative | None:
+        """The speculation every decode uses unless its Sampling names one: None or "off" (plain),
+        "lookup", "draft:PATH", "auto" or a :class:`Speculative`; the output is the same either way."""
+        return self.engine.speculator.default
+
+    @speculative.setter
+    def speculative(self, value: Speculative | str | None) -> None:
+        self.engine.speculator.default = Speculative.parse(value)
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context

@@ -1,0 +1,216 @@
+"""Speculative token trees, measured side by side with plain decoding in one run.
+
+CPU rows (``--part cpu``): the bundled model searches Game of 24 puzzles (``--start``, ``--limit``)
+with ToT BFS (b=5) and MCTS, seed 0, each puzzle once without speculation and once with
+``--speculative`` (default lookup); each row says whether both found the same solved puzzles and
+the same trees token for token, the generated tokens, the search wall times and their ratio, the
+acceptance rate (draft tokens kept / verified) and tokens per target forward.
+
+    python benchmarks/speculative.py --part cpu --limit 10
+
+GPU rows (``--part gpu``, Llama-3-8B shape with random weights): the time of one verification
+forward with 1-16 chain draft tokens per branch at 1, 8 and 64 branches (``--prompt`` tokens
+shared), against a plain step (0 draft tokens) and against its floor, the larger of the weights'
+read time at the measured copy bandwidth and the rows' matmul FLOPs at the measured bf16 rate;
+then tokens per second of whole expansions with a draft model equal to the target (every draft
+kept: the upper bound) and with a small random draft model, chain against tree drafts, and the
+draft nodes per branch per step the cost model chose at each batch size.
+
+    python benchmarks/speculative.py --part gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from thoughttree import LM, Sampling, Speculative, ThoughtTree, search
+from thoughttree.commands.game24_run import Game24Run
+from thoughttree.commands.model import load_model
+from thoughttree.tasks.game24.arith import check_answer
+from thoughttree.tasks.game24.task import as_puzzle
+from thoughttree.tree.thought_tree import derive_seed
+
+
+TINY = dict(layers=2, hidden=128, heads=4, kv_heads=2, intermediate=256, vocab=512)  # checks the code path on a CPU
+
+
+def tree_tokens(tree: ThoughtTree) -> list[tuple[int, tuple[int, ...]]]:
+    return [(n.parent.id if n.parent else -1, tuple(n.tokens)) for n in tree.nodes]
+
+
+def cpu_rows(args: argparse.Namespace, console: Console) -> None:
+    lm = load_model("bundled", "cpu", None)
+    table = Table(title=f"Game of 24, bundled model, CPU ({torch.get_num_threads()} thread(s)), puzzles "
+                  f"{args.start}-{args.start + args.limit - 1}, seed 0, --speculative {args.speculative}")
+    for col in ("method", "same solved", "same trees", "solved", "generated tokens", "off s", "on s",
+                "off / on", "acceptance", "tokens / forward off", "tokens / forward on"):
+        table.add_column(col, justify="right")
+    for method in args.methods.split(","):
+        run = Game24Run(method=method, start=args.start, end=args.start + args.limit, seed=0)
+        seconds = {"off": 0.0, "on": 0.0}
+        solved = {"off": [], "on": []}
+        trees: dict[str, list] = {"off": [], "on": []}
+        counts = {k: [0, 0] for k in seconds}  # generated tokens, forwards
+        accepted = drafted = 0
+        for index, text in run.problems():
+            for mode in ("off", "on"):
+                lm.speculative = args.speculative if mode == "on" else None
+                task, strategy = run.task_and_strategy()
+                st = lm.stats
+                s0 = (st.generated_tokens, st.forward_steps, st.accepted_tokens, st.draft_tokens)
+                t0 = time.perf_counter()
+                result = search(task, strategy, lm, problem=text, seed=derive_seed(run.seed, index))
+                seconds[mode] += time.perf_counter() - t0
+                counts[mode][0] += lm.stats.generated_tokens - s0[0]
+                counts[mode][1] += lm.stats.forward_steps - s0[1]
+                if mode == "on":
+                    accepted += lm.stats.accepted_tokens - s0[2]
+                    drafted += lm.stats.draft_tokens - s0[3]
+                check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
+                solved[mode].append(bool(check is not None and check.correct))
+                trees[mode].append(tree_tokens(result.tree))
+                result.tree.release_kv()
+        lm.speculative = None
+        table.add_row(
+            method, str(solved["off"] == solved["on"]), str(trees["off"] == trees["on"]),
+            f"{sum(solved['on'])}/{len(solved['on'])}", f"{counts['off'][0]} / {counts['on'][0]}",
+            f"{seconds['off']:.1f}", f"{seconds['on']:.1f}", f"{seconds['off'] / seconds['on']:.2f}×",
+            f"{accepted / max(1, drafted):.2f}", f"{counts['off'][0] / max(1, counts['off'][1]):.2f}",
+            f"{counts['on'][0] / max(1, counts['on'][1]):.2f}",
+        )
+    console.print(table)
+
+
+def gpu_rows(args: argparse.Namespace, console: Console) -> None:
+    from profile_step import random_lm
+    from tree_decode import SHAPES, step_bytes
+    from tree_timing import roofs
+
+    from thoughttree.runtime.speculative import DraftModel, DraftTree
+    from thoughttree.runtime.speculative.speculator import _draft_segments
+
+    shapes = {**SHAPES, "tiny": TINY}
+    dev = torch.device(args.device)
+    lm = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 30)
+    measured = roofs(dev)
+    copy, mm = measured if measured is not None else (float("inf"), float("inf"))
+    weights, _ = step_bytes(lm)
+    params = weights / lm.model.w["lm_head"].element_size()
+    prompt = [(7 * i + 3) % 256 for i in range(args.prompt)]
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    table = Table(title=f"verification step, {args.shape}, {args.prompt}-token prompt, {dev}")
+    for col in ("branches", "draft/branch", "rows", "ms", "÷ plain step", "floor ms", "÷ floor"):
+        table.add_column(col, justify="right")
+    for branches in (1, 8, 64):
+        tree = ThoughtTree(lm, prompt=prompt, seed=0)
+        short = Sampling(max_tokens=4, temperature=1.0, ignore_eos=True)
+        kids = tree.expand([tree.root], n=branches, sampling=short)[0]
+        plain = None
+        for k in (0, 1, 2, 4, 8, 16):
+            made: list = []
+            targets = []
+            for kid in kids:
+                seg = kid.kv
+                targets.append((seg, len(seg.tokens) - 1))
+                if k:
+                    d = DraftTree()
+                    for j in range(k):
+                        d.add(j - 1, 5 + j, 1.0)
+                    targets += _draft_segments(lm.kv, seg, d, made)
+            times = []
+            for rep in range(args.reps + 2):
+                for s in made:
+                    s.written = 0  # every rep computes the drafts' KV again, as a verification step does
+                sync()
+                t0 = time.perf_counter()
+                lm.engine.forward(targets)
+                sync()
+                if rep >= 2:
+                    times.append(time.perf_counter() - t0)
+            for s in made:
+                lm.kv.release(s)
+            ms = 1e3 * sorted(times)[len(times) // 2]
+            plain = ms if k == 0 else plain
+            floor = 1e3 * max(weights / copy, 2 * params * len(targets) / mm)
+            table.add_row(str(branches), str(k), str(len(targets)), f"{ms:.2f}", f"{ms / plain:.2f}",
+                          f"{floor:.2f}" if floor else "–", f"{ms / floor:.2f}" if floor else "–")
+        tree.release_kv()
+    console.print(table)
+
+    small = random_lm(TINY if args.shape == "tiny" else SHAPES["default"], args.device, kv_bytes=args.kv_gib << 28)
+    twin = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 29) if args.twin else None
+    table = Table(title=f"tokens/s of {args.tokens}-token expansions, {args.shape}, {dev}")
+    for col in ("branches", "drafter", "shape", "tokens/s", "÷ off", "acceptance", "tokens/forward",
+                "draft nodes/branch/step"):
+        table.add_column(col, justify="right")
+    drafters = [("off", None), ("lookup", "lookup"), ("random small model", DraftModel(small))]
+    if twin is not None:
+        drafters.append(("the target itself", DraftModel(twin)))
+    for branches in (1, 8, 64):
+        base = None
+        for name, drafter in drafters:
+            # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
+            for shape in (("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",)):
+                spec = None if drafter is None else Speculative(drafter=drafter, shape=shape.split(",")[0],
+                                                                adaptive=not shape.endswith("full"))
+                sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
+                s0 = (lm.stats.generated_tokens, lm.stats.forward_steps, lm.stats.accepted_tokens,
+                      lm.stats.draft_tokens, lm.stats.speculative_steps)
+                tree = ThoughtTree(lm, prompt=prompt, seed=1)
+                tree.materialize()
+                sync()
+                t0 = time.perf_counter()
+                tree.expand([tree.root], n=branches, sampling=sampling)
+                sync()
+                dt = time.perf_counter() - t0
+                tree.release_kv()
+                gen = lm.stats.generated_tokens - s0[0]
+                steps = lm.stats.speculative_steps - s0[4]
+                rate = gen / dt
+                base = rate if drafter is None else base
+                table.add_row(str(branches), name, shape, f"{rate:.0f}", f"{rate / base:.2f}",
+                              f"{(lm.stats.accepted_tokens - s0[2]) / max(1, lm.stats.draft_tokens - s0[3]):.2f}",
+                              f"{gen / max(1, lm.stats.forward_steps - s0[1]):.2f}",
+                              f"{(lm.stats.draft_tokens - s0[3]) / max(1, steps * branches):.2f}")
+    console.print(table)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--speculative", default="lookup", help="the speculation compared with none (cpu part)")
+    p.add_argument("--methods", default="bfs,mcts")
+    p.add_argument("--start", type=int, default=900)
+    p.add_argument("--limit", type=int, default=100, help="puzzles from --start (default 100: 900-999)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
+    p.add_argument("--shape", default="llama3-8b", help="llama3-8b, default, or tiny (a check of the code on a CPU)")
+    p.add_argument("--kv-gib", type=int, default=16, help="KV pool of the target (GiB; the draft models get less)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--prompt", type=int, default=2048)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--twin", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run a draft model equal to the target (a second copy of its weights)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    console = Console(width=200)
+    console.print(f"$ python {shlex.join(sys.argv)}")
+    if args.part == "cpu":
+        cpu_rows(args, console)
+    else:
+        gpu_rows(args, console)
+
+
+if __name__ == "__main__":
+    main()

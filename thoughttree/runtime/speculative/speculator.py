@@ -1,0 +1,264 @@
+"""Speculative decode steps: every speculating branch's draft tree and every plain branch's newest
+token go through one target forward, and each branch keeps the tokens plain decoding would draw.
+
+Per step, a branch's draft tree hangs under its newest token as short unsealed KV segments (one
+per run of nodes without siblings), so the forward's plan lets each draft token see exactly its
+ancestors. The seeded sampler is a function of (logits, seed, position): it is run on every row,
+the tip's row and each draft node's, with the position the token after that row would have. The
+walk from the tip follows the child whose token equals the sampler's draw; the first draw with
+no such child is emitted too, so a step yields at least one token. Emitted tokens go through the
+same finish checks as plain decoding one by one (EOS, stop tokens, stop strings, length), so a
+finish inside an accepted run cuts it at the same token. The KV of kept draft tokens is copied
+into the branch's own segment and every draft segment is released before the step returns.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from ...config import Speculative
+from ..kv_pool import KVPoolExhausted
+from ..kv_tree import Segment
+from ..sampler import sample_packed
+from .cost import CostModel
+from .drafter import Branch, Drafter, DraftTree
+from .lookup import TreeLookup
+from .shapes import order
+
+if TYPE_CHECKING:
+    from ..engine import Decoded, DecodeRequest, Engine, _Ends
+
+
+class Speculator:
+    """The engine's speculation state: the default option, drafters and cost models by option."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.default: Speculative | None = None
+        # Turns "draft:PATH" into a drafter; the LM sets it (loading a model is its business).
+        self.load_draft: Callable[[str], Drafter] | None = None
+        self._drafters: dict[object, Drafter] = {}
+        self.costs: dict[Speculative, CostModel] = {}
+
+    def options(self, requests: Sequence[DecodeRequest]) -> list[Speculative | None] | None:
+        """Each request's speculation option (None: plain); None when no request speculates."""
+        out = []
+        for r in requests:
+            spec = r.sampling.speculative if r.sampling.speculative is not None else self.default
+            out.append(spec if spec is not None and spec.on else None)
+        return out if any(s is not None for s in out) else None
+
+    def drafter(self, spec: Speculative) -> Drafter:
+        d = spec.drafter
+        if not isinstance(d, str):
+            if not isinstance(d, Drafter):
+                raise TypeError(f"Speculative.drafter {type(d).__name__} lacks the Drafter methods "
+                                "begin, propose, accepted and end")
+            return d
+        key = (d, spec.ngram)
+        if key not in self._drafters:
+            if d == "lookup":
+                self._drafters[key] = TreeLookup(spec.ngram)
+            elif self.load_draft is None:
+                raise ValueError(f"drafter {d!r} needs a model loader; use it through an LM")
+            else:
+                self._drafters[key] = self.load_draft(d.removeprefix("draft:"))
+        return self._drafters[key]
+
+    def decode(self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
+               specs: Sequence[Speculative | None]) -> None:
+        """Decode every request to its end in speculative steps (``specs[i]`` None: one row per step)."""
+        groups: dict[Speculative, list[int]] = {}
+        for i, s in enumerate(specs):
+            if s is not None:
+                groups.setdefault(s, []).append(i)
+        drafters = {s: self.drafter(s) for s in groups}
+        begun: list[Drafter] = []
+        try:
+            for s, members in groups.items():
+                if all(drafters[s] is not d for d in begun):
+                    drafters[s].begin(self.engine.kv, [_branch(i, requests, outs) for i in range(len(requests))])
+                    begun.append(drafters[s])
+            still = list(range(len(requests)))
+            while still:
+                still, asked = self._step(requests, outs, ends, specs, drafters, still)
+                if still and not asked and self.engine.fast_decode:
+                    # No draft pays for its rows now: the rest of the call runs on the fixed-buffer
+                    # steps that plain decoding uses, which cost less host time than general steps.
+                    self.engine._decode_fast(requests, outs, still, ends)
+                    still = []
+        finally:
+            for d in begun:
+                d.end()
+
+    def _step(self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
+              specs: Sequence[Speculative | None], drafters: dict[Speculative, Drafter], still: list[int]
+              ) -> tuple[list[int], bool]:
+        """One verification step; returns the requests that go on and whether a drafter was asked."""
+        engine, kv = self.engine, self.engine.kv
+        stats = engine.stats
+        drafts: dict[int, DraftTree] = {}
+        by_spec: dict[Speculative, list[int]] = {}
+        for i in still:
+            spec = specs[i]
+            # A branch emits at most its remaining length, the first token of which is the tip's own draw.
+            if spec is not None and ends.limit[i] - len(outs[i].tokens) > 1:
+                by_spec.setdefault(spec, []).append(i)
+        for spec in list(by_spec):
+            if spec.adaptive and not self.costs.setdefault(spec, CostModel()).worth_drafting(len(still)):
+                del by_spec[spec]  # its branches decode plainly this step, the drafter not even asked
+        for spec, members in by_spec.items():
+            t0 = time.perf_counter()
+            branches = [_branch(i, requests, outs) for i in members]
+            proposed = drafters[spec].propose(branches, spec.max_nodes, spec.max_depth)
+            orders = []
+            for i, d in zip(members, proposed):
+                cap = min(spec.max_depth, ends.limit[i] - len(outs[i].tokens) - 1)
+                depth = d.depths()
+                orders.append([k for k in order(d, spec.shape, spec.top_k) if depth[k] <= cap][: spec.max_nodes])
+            cost = self.costs.setdefault(spec, CostModel())
+            cost.record_draft(time.perf_counter() - t0)
+            stats.draft_seconds += time.perf_counter() - t0
+            levels = [d.depths() for d in proposed]
+            nodes = [[(d.scores[k], dep[k]) for k in o] for d, o, dep in zip(proposed, orders, levels)]
+            budgets = cost.budgets(len(still), nodes, spec.adaptive)
+            for i, d, o, b in zip(members, proposed, orders, budgets):
+                if b:
+                    drafts[i] = d.subset(o[:b])
+        made: list[Segment] = []
+        try:
+            targets: list[tuple[Segment, int]] = []
+            rows: list[tuple[int, int]] = []  # (request, draft node or -1 for the tip) per target
+            where: dict[int, list[tuple[Segment, int]]] = {}
+            for i in still:
+                tip = _tip(i, requests, outs)
+                targets.append((tip, len(tip.tokens) - 1))
+                rows.append((i, -1))
+                if i in drafts:
+                    try:
+                        where[i] = _draft_segments(kv, tip, drafts[i], made)
+                    except KVPoolExhausted:  # no room for this draft: the branch decodes plainly this step
+                        drafts.pop(i)
+                        continue
+                    targets += where[i]
+                    rows += [(i, k) for k in range(len(drafts[i]))]
+            t0 = time.perf_counter()
+            logits = engine.forward(targets)
+            params = [requests[i].sampling for i, _ in rows]
+            seeds = [requests[i].seed for i, _ in rows]
+            depths = {i: d.depths() for i, d in drafts.items()}
+            steps = [len(outs[i].tokens) + (0 if k < 0 else depths[i][k]) for i, k in rows]
+            host = sample_packed(logits, params, seeds, steps, fused=logits.device.type == "cuda").cpu().numpy()
+            for spec in {s for s in specs if s is not None}:
+                self.costs.setdefault(spec, CostModel()).record_step(len(targets), time.perf_counter() - t0)
+            draw = {(i, k): (int(host[r, 0]), float(host[r, 1])) for r, (i, k) in enumerate(rows)}
+            copies: list[tuple[int, int]] = []
+            nxt = []
+            for i in still:
+                if self._emit(i, requests, outs, ends, drafts.get(i), where.get(i), draw, specs, drafters, copies):
+                    nxt.append(i)
+            if copies:
+                _copy_kv(kv.pool, copies)
+        finally:
+            for seg in made:
+                kv.release(seg)
+        for spec in by_spec:
+            self.costs[spec].end_step()
+        if engine.after_step is not None:
+            engine.after_step()
+        stats.speculative_steps += 1
+        return nxt, bool(by_spec)
+
+    def _emit(self, i: int, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
+              draft: DraftTree | None, where: list[tuple[Segment, int]] | None,
+              draw: dict[tuple[int, int], tuple[int, float]], specs: Sequence[Speculative | None],
+              drafters: dict[Speculative, Drafter], copies: list[tuple[int, int]]) -> bool:
+        """Append what request ``i`` keeps this step; returns whether it goes on."""
+        engine = self.engine
+        run: list[tuple[int, float, int]] = []  # (token, log-probability, draft slot holding its KV or -1)
+        path: list[int] = []  # the draft nodes kept
+        token, lp = draw[(i, -1)]
+        at = -1
+        kids: dict[tuple[int, int], int] = {}
+        if draft is not None:
+            kids = {(p, t): k for k, (p, t) in enumerate(zip(draft.parents, draft.tokens))}
+        while True:
+            child = kids.get((at, token))
+            if child is None:
+                run.append((token, lp, -1))
+                break
+            assert where is not None  # a draft has places
+            seg, j = where[child]
+            run.append((token, lp, seg.slots[j]))
+            path.append(child)
+            token, lp = draw[(i, child)]
+            at = child
+        out = outs[i]
+        seg = out.segment
+        base = len(out.tokens)
+        seg.written = len(seg.tokens)  # the tip's KV was written by this step's forward
+        kept_kv = 0
+        going = True
+        for token, lp, src in run:
+            engine.kv.append_each([seg], [token])
+            out.tokens.append(token)
+            out.logprobs.append(lp)
+            engine.stats.generated_tokens += 1
+            if src >= 0:
+                copies.append((src, seg.slots[-1]))
+                kept_kv += 1
+            if not engine._still_active([i], outs, ends):
+                going = False
+                break
+        seg.written = base + kept_kv
+        accepted = len(run) - 1
+        engine.stats.draft_tokens += len(draft) if draft is not None else 0
+        engine.stats.accepted_tokens += accepted
+        spec = specs[i]
+        if spec is not None:
+            if draft is not None:
+                kept = set(path)
+                self.costs[spec].record_acceptance(draft.scores, draft.depths(), [k in kept for k in range(len(draft))])
+            drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
+        return going
+
+
+def _branch(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Branch:
+    return Branch(i, _tip(i, requests, outs), outs[i].tokens)
+
+
+def _tip(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Segment:
+    """The segment ending in request ``i``'s newest token: its own, or its parent before the first."""
+    return outs[i].segment if outs[i].tokens else requests[i].parent
+
+
+def _draft_segments(kv, tip: Segment, draft: DraftTree, made: list[Segment]) -> list[tuple[Segment, int]]:
+    """Put ``draft`` under ``tip`` as unsealed segments (a new one where a node has siblings or
+    follows the tip); returns each node's (segment, offset). Segments go into ``made``."""
+    count = [0] * (len(draft) + 1)
+    for p in draft.parents:
+        count[p + 1] += 1
+    where: list[tuple[Segment, int]] = []
+    for p, token in zip(draft.parents, draft.tokens):
+        if p >= 0 and count[p + 1] == 1:
+            seg = where[p][0]
+        else:
+            seg = kv.open_child(tip if p < 0 else where[p][0])
+            made.append(seg)
+            if p >= 0 and where[p][1] != len(where[p][0].tokens) - 1:
+                raise AssertionError("a draft segment must end at the parent it branches from")
+        kv.append_each([seg], [token])
+        where.append((seg, len(seg.tokens) - 1))
+    return where
+
+
+def _copy_kv(pool, copies: list[tuple[int, int]]) -> None:
+    """Copy the KV of every layer from each (source slot, destination slot)."""
+    src = torch.tensor([s for s, _ in copies], dtype=torch.long, device=pool.k.device)
+    dst = torch.tensor([d for _, d in copies], dtype=torch.long, device=pool.k.device)
+    for cache in (pool.k, pool.v):
+        flat = cache.view(cache.shape[0], -1, cache.shape[3], cache.shape[4])  # [L, slots, H_kv, D]
+        flat[:, dst] = flat[:, src]
