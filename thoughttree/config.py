@@ -35,6 +35,8 @@ class Sampling:
     or when the text generated so far contains any of the ``stop`` strings (also when a stop
     string spans several tokens); the token that completes a stop string is kept, so a node's
     text always equals its decoded tokens. ``seed`` mixes into every request's own seed.
+    ``distinct`` samples the ``n`` continuations of one expansion without replacement: distinct
+    token sequences, by stochastic beam search (:mod:`thoughttree.runtime.distinct`).
     """
 
     max_tokens: int = 64
@@ -46,6 +48,7 @@ class Sampling:
     stop_token_ids: tuple[int, ...] = field(default=())
     ignore_eos: bool = False
     seed: int = 0
+    distinct: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -71,6 +74,8 @@ class Sampling:
             problems.append(f"min_p must be in [0, 1) (0 = off), got {self.min_p!r}")
         if not isinstance(self.ignore_eos, bool):
             problems.append(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not isinstance(self.distinct, bool):
+            problems.append(f"distinct must be True or False, got {self.distinct!r}")
         if not _whole(self.seed):
             problems.append(f"seed must be an integer, got {self.seed!r}")
         if problems:

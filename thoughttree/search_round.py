@@ -101,18 +101,25 @@ class RoundRunner:
         self, nodes: list[Node], requests: list[Any], n: int, sampling: Sampling, room: int | None
     ) -> list[list[Node] | None]:
         prompts = [check_prompt(r.prompt, f"task.request (Propose) for node {x.id}") for r, x in zip(requests, nodes)]
-        seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), j)
-                 for x in nodes for j in range(n)]
-        gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
+        if sampling.distinct:
+            groups = self.lm.complete_distinct(prompts, n, sampling, [
+                derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), "distinct")
+                for x in nodes])
+        else:
+            seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), j)
+                     for x in nodes for j in range(n)]
+            gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
+            groups = [gens[i * n:(i + 1) * n] for i in range(len(nodes))]
         kept: list[list[tuple[str, dict[str, Any]]] | None] = []  # per node, the texts to add (None: no room)
         for i, node in enumerate(nodes):
             texts = []
-            for g in gens[i * n:(i + 1) * n]:
+            for g in groups[i]:
                 parts = self.task.split(self.problem, node, g.text)
                 if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
                     raise TaskError(f"task.split returned {parts!r}; it must return a list of strings")
                 # The completion's log-probability is kept as the child's prior (MCTS's PUCT).
-                meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
+                meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens),
+                        **({"distinct": dict(g.extra)} if g.extra else {})}
                 texts += [(p, meta) for p in parts if p]
             if room is not None and room <= 0 and texts:  # no room left for any of them: not expanded
                 kept.append(None)
