@@ -9,6 +9,7 @@ rejected and duplicate ones are pruned (their KV freed), finished ones become te
 
 from __future__ import annotations
 
+import math
 import time
 from typing import AbstractSet, Any, Hashable, Sequence
 
@@ -126,10 +127,20 @@ class RoundRunner:
                 continue
             kept.append([])
             seen = self._sibling_keys(node)
+            merged = self._masses(node) if seen is not None and sampling.distinct else None
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
-                if self._rejection(node, text, seen) is not None:
+                reason = self._rejection(node, text, seen)
+                if merged is not None and reason in (None, "duplicate"):
+                    # A distinct proposal that the task merges into a sibling adds its probability to it.
+                    key = self.task.dedupe_key(self.problem, node, text)
+                    mass = math.exp(meta["distinct"]["sample_logprob"])
+                    if reason is None:
+                        meta = merged[key] = {**meta, "proposal_mass": mass}
+                    elif key in merged:
+                        merged[key]["proposal_mass"] = merged[key].get("proposal_mass", 0.0) + mass
+                if reason is not None:
                     continue
                 kept[-1].append((text, meta))
                 room = None if room is None else room - 1
@@ -144,6 +155,11 @@ class RoundRunner:
                 node.status = Status.EXPANDED
             out.append(kids)
         return out
+
+    def _masses(self, parent: Node) -> dict[Hashable, dict[str, Any]]:
+        """The metadata of ``parent``'s live distinct children by dedupe key (their probability mass adds up there)."""
+        return {self.task.dedupe_key(self.problem, parent, c.text): c.metadata for c in parent.children
+                if c.alive and "distinct" in c.metadata}
 
     def _top_tokens(self, nodes: list[Node], n: int) -> list[list[Node]]:
         logits = self.lm.tree_logits([x.path_tokens() for x in nodes])  # [len(nodes), vocab]
