@@ -156,3 +156,16 @@ def test_greedy_distinct_is_a_beam_search_for_the_most_probable(lm: LM) -> None:
     best = sorted(probs, key=lambda y: -probs[y])[:3]
     got = lm.complete_distinct([PROMPT], 3, sp, [0])[0]
     assert [tuple(g.tokens) for g in got] == best
+
+
+def test_a_nodes_distinct_children_do_not_depend_on_the_batch(lm: LM) -> None:
+    sp = Sampling(max_tokens=3, temperature=0.8, top_k=4, distinct=True)
+    with ThoughtTree(lm, prompt=PROMPT, seed=9) as tree:
+        a, b = tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, distinct=True))[0]
+        together = tree.expand([b, a], n=4, sampling=sp)[1]
+    with ThoughtTree(lm, prompt=PROMPT, seed=9) as tree:
+        a, _ = tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, distinct=True))[0]
+        alone = tree.expand([a], n=4, sampling=sp)[0]
+    assert [k.tokens for k in together] == [k.tokens for k in alone]
+    for x, y in zip(together, alone):  # up to the rounding of differently shaped float32 logits
+        assert x.metadata["distinct"] == pytest.approx(y.metadata["distinct"], rel=1e-5, abs=1e-6)

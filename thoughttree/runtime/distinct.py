@@ -165,18 +165,20 @@ class _Search:
         logits = self.engine.forward([(b.seg, len(b.seg.tokens) - 1) for b in beams])
         params = [self.requests[b.group].sampling for b in beams]
         dev = logits.device
-        phi = torch.tensor([b.phi for b in beams], device=dev, dtype=torch.float32)[:, None] + _scores(logits, params)
+        # float64: sequence log-probabilities and perturbed values add up over a thought's tokens
+        phi = torch.tensor([b.phi for b in beams], device=dev, dtype=torch.float64)[:, None]
+        phi = phi + _scores(logits, params).double()  # [R, V]
         keys = torch.tensor([b.key for b in beams], device=dev, dtype=torch.int64)
         steps = torch.tensor([len(b.tokens) for b in beams], device=dev, dtype=torch.int64)
-        parent = torch.tensor([b.perturbed for b in beams], device=dev, dtype=torch.float32)
-        perturbed = conditioned_gumbels(phi, uniform_noise(keys, steps, logits.shape[1]), parent)
+        parent = torch.tensor([b.perturbed for b in beams], device=dev, dtype=torch.float64)
+        perturbed = conditioned_gumbels(phi, uniform_noise(keys, steps, logits.shape[1]).double(), parent)
         greedy = torch.tensor([p.temperature == 0 for p in params], device=dev)
         perturbed = torch.where(greedy[:, None], phi, perturbed)
         width = min(max(self.requests[b.group].n for b in beams) + 1, logits.shape[1])
         top = perturbed.topk(width, dim=-1)
         ids = top.indices
         raw = logits.log_softmax(dim=-1).gather(1, ids)
-        host = torch.stack([ids.double(), top.values.double(), phi.gather(1, ids).double(), raw.double()]).cpu()
+        host = torch.stack([ids.double(), top.values, phi.gather(1, ids), raw.double()]).cpu()
         tokens, values, phis, lps = (host[i].tolist() for i in range(4))
         children: dict[int, list[_Child]] = {}
         for i, b in enumerate(beams):
