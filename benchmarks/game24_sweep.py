@@ -3,8 +3,9 @@
     python benchmarks/game24_sweep.py [--model bundled] [--methods bfs,mcts,beam] [--out runs/sweep]
         [--validation validation] [--test test] [--limit N] [--png docs/game24-curves.png]
 
-For each method a small grid of settings (proposal counts, look-ahead samples, temperatures,
-MCTS constants and widening, distinct thoughts on or off) runs on the validation puzzles only.
+For each method a small grid of settings (proposal counts, look-ahead samples, MCTS rule,
+constants and widening, distinct thoughts on or off; ``--grid full`` adds more) runs on the
+validation puzzles only.
 The best setting of each method is the one with the highest validation success, fewer generated
 tokens per puzzle breaking ties. BFS goes first; MCTS and beam then run with a token budget equal
 to the chosen BFS setting's validation tokens per puzzle (``--no-equal-budget`` leaves them
@@ -43,7 +44,6 @@ GRID: dict[str, list[dict[str, Any]]] = {
     "bfs": [
         dict(samples=30),
         dict(samples=20, distinct=True),
-        dict(samples=30, distinct=True),
     ],
     "mcts": [
         dict(iterations=32, samples=10),
@@ -54,6 +54,12 @@ GRID: dict[str, list[dict[str, Any]]] = {
         dict(width=5, samples=10),
         dict(width=5, samples=10, distinct=True),
     ],
+}
+FULL: dict[str, list[dict[str, Any]]] = {
+    "bfs": [dict(samples=30, distinct=True), dict(samples=20, distinct=True, evaluations=10),
+            dict(samples=20, distinct=True, temperature=1.3)],
+    "mcts": [dict(iterations=48, samples=10, distinct=True, rule="puct", c=2.0)],
+    "beam": [dict(width=8, samples=10, distinct=True)],
 }
 FLAGS = {"max_tokens_per_problem": "token-budget"}
 
@@ -80,6 +86,9 @@ def main() -> int:
     p.add_argument("--validation", default="validation", help="range the settings are chosen on (default validation)")
     p.add_argument("--test", default="test", help="range each chosen setting runs once on (default test)")
     p.add_argument("--limit", type=int, help="only the first LIMIT puzzles of each range (a quick check)")
+    p.add_argument("--validation-limit", type=int, help="only the first N validation puzzles (a shorter sweep)")
+    p.add_argument("--grid", choices=("small", "full"), default="small",
+                   help="small: the settings above; full: adds 30 distinct proposals for BFS and a larger c for MCTS")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-equal-budget", dest="equal_budget", action="store_false")
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
@@ -89,7 +98,9 @@ def main() -> int:
     unknown = [m for m in methods if m not in GRID]
     if unknown:
         p.error(f"no grid for {', '.join(unknown)}; choose from {', '.join(GRID)}")
-    val, test = puzzle_range(args.validation, args.limit), puzzle_range(args.test, args.limit)
+    val = puzzle_range(args.validation, args.validation_limit or args.limit)
+    test = puzzle_range(args.test, args.limit)
+    grid = {m: GRID[m] + (FULL.get(m, []) if args.grid == "full" else []) for m in GRID}
     if set(val) & set(test):
         p.error(f"the validation range {args.validation} overlaps the test range {args.test}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +113,7 @@ def main() -> int:
     budget: int | None = None
     for method in methods:
         rows = []
-        for opts in GRID[method]:
+        for opts in grid[method]:
             opts = dict(opts)
             if method != "bfs" and budget is not None and args.equal_budget:
                 opts["max_tokens_per_problem"] = budget
@@ -148,8 +159,8 @@ def main() -> int:
                 key=lambda x: x["success"])
         print(f"| {r['method']} | `{r['options']}` | {v['success']:.0%} | **{r['success']:.0%}** | "
               f"{r['tokens_per_puzzle']:,.0f} | `{r['command']}` |")
-    grid = budgets(max(2 * most, 200.0))
-    curves = [c for name, method, entries in done for c in run_curves(name, entries, method, grid)]
+    spaced = budgets(max(2 * most, 200.0))
+    curves = [c for name, method, entries in done for c in run_curves(name, entries, method, spaced)]
     Console().print(table(curves))
     print(markdown(curves))
     record["curves"] = [asdict(c) for c in curves]
