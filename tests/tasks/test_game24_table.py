@@ -56,7 +56,8 @@ def test_curves_of_every_row_on_a_named_range(tmp_path, monkeypatch, capsys) -> 
     monkeypatch.setattr(table, "run_game24", run_game24)
     monkeypatch.setattr(table, "load_model", lambda *a: type("LM", (), {"device": type("D", (), {"type": "cpu"})()})())
     monkeypatch.setattr(sys, "argv", ["game24_table.py", "--methods", "bfs", "--range", "800-801", "--distinct",
-                                      "--token-budget", "900", "--png", str(tmp_path / "c.png"), "--out", str(tmp_path)])
+                                      "--token-budget", "900", "--png", str(tmp_path / "c.png"),
+                                      "--out", str(tmp_path)])
     table.main()
     assert all(r.indices == (800, 801) and r.distinct for r in runs)
     assert [r.max_tokens_per_problem for r in runs if r.method == "bfs"] == [900, 900]
