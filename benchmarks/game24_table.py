@@ -12,6 +12,12 @@ off one IO and one CoT run with enough samples (see ``thoughttree.tasks.game24.c
 
 The model directory's ``training.json`` says how its training data was split; a model without
 one is the earlier model trained on the loose split, and the table says so.
+
+``--range validation`` (or ``test``, or ``800-899``) runs a named range instead of
+``--start/--end``; ``--token-budget`` gives every search that many generated tokens per puzzle
+(restarting a search that ends unsolved), ``--distinct`` samples distinct thoughts, and
+``--png`` adds the curves of success against generated tokens per puzzle for every row (a table
+in the terminal and the PNG; see ``benchmarks/game24_curves.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.console import Console
 
 from thoughttree.commands.model import load_model
+from thoughttree.tasks.game24.curve_view import markdown, plot, table
+from thoughttree.tasks.game24.curves import budgets, run_curves
+from thoughttree.tasks.game24.ranges import puzzle_range
 from thoughttree.tasks.game24.compare import best_of, matching_k, pool_size, tokens_per_sample
 from thoughttree.commands.game24_run import Game24Run, run_game24
 
@@ -73,6 +83,11 @@ def main() -> None:
     p.add_argument("--end", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("runs"))
+    p.add_argument("--range", dest="puzzle_range", help="validation, test or A-B (inclusive): replaces --start/--end")
+    p.add_argument("--limit", type=int, help="only the first LIMIT puzzles of --range")
+    p.add_argument("--token-budget", type=int, help="generated tokens per puzzle for every search (restarts)")
+    p.add_argument("--distinct", action="store_true", help="sample distinct thoughts and answers")
+    p.add_argument("--png", type=Path, help="also write the success-vs-tokens curves of every row here")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (io, cot, bon, bfs, dfs, beam, mcts); default all rows")
     args = p.parse_args()
@@ -85,8 +100,16 @@ def main() -> None:
     print()
     wanted = set(args.methods.split(",")) if args.methods else None
 
+    extra: dict[str, Any] = {}
+    if args.puzzle_range:
+        extra["indices"] = puzzle_range(args.puzzle_range, args.limit)
+    if args.distinct:
+        extra["distinct"] = True
+
     def row(**opts: Any) -> Game24Run:  # as `thoughttree game24` builds it: defaults follow the row's method
-        return Game24Run(start=args.start, end=args.end, seed=args.seed, **opts)
+        search = opts["method"] in SEARCHES
+        budget = {"max_tokens_per_problem": args.token_budget} if args.token_budget and search else {}
+        return Game24Run(start=args.start, end=args.end, seed=args.seed, **extra, **budget, **opts)
 
     done: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
     for name, opts in ROWS:
@@ -119,6 +142,19 @@ def main() -> None:
         equal = equal_token_cell(tokens, pools["io"], pools["cot"]) if opts["method"] in SEARCHES else "–"
         print(f"| {name} | `{flags}` | **{m['success_rate']:.0%}** | {avg} | {tokens:,.0f} | "
               f"{m['prefill_tokens'] / n:,.0f} | {m['wall_time']:.0f} | {equal} |", flush=True)
+    if args.png:
+        largest = max(max(r[2]["generated_tokens"] / r[2]["puzzles"] for r in done), need)
+        grid = budgets(max(2 * largest, 200.0))
+        curves = [c for name, opts, _, entries in done if opts["method"] in (*SEARCHES, "bon")
+                  for c in run_curves(name, entries, opts["method"], grid)]
+        curves += [c for m in ("io", "cot") for c in run_curves(f"{m} pool", pools[m], m, grid)]
+        Console().print(table(curves))
+        print(markdown(curves))
+        try:
+            plot(curves, args.png)
+            print(f"wrote {args.png}")
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,8 @@ class Sampling:
     ``speculative`` ("lookup", "draft:PATH", "auto", "off" or a :class:`Speculative`) drafts and
     verifies several tokens per forward with the same output; None uses the model's default
     (``LM.speculative``).
+    ``distinct`` samples the ``n`` continuations of one expansion without replacement: distinct
+    token sequences, by stochastic beam search (:mod:`thoughttree.runtime.distinct`).
     """
 
     max_tokens: int = 64
@@ -107,6 +109,7 @@ class Sampling:
     ignore_eos: bool = False
     seed: int = 0
     speculative: Speculative | None = None
+    distinct: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -136,6 +139,8 @@ class Sampling:
             problems.append(f"min_p must be in [0, 1) (0 = off), got {self.min_p!r}")
         if not isinstance(self.ignore_eos, bool):
             problems.append(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not isinstance(self.distinct, bool):
+            problems.append(f"distinct must be True or False, got {self.distinct!r}")
         if not _whole(self.seed):
             problems.append(f"seed must be an integer, got {self.seed!r}")
         if problems:

@@ -9,6 +9,7 @@ rejected and duplicate ones are pruned (their KV freed), finished ones become te
 
 from __future__ import annotations
 
+import math
 import time
 from typing import AbstractSet, Any, Hashable, Sequence
 
@@ -101,28 +102,45 @@ class RoundRunner:
         self, nodes: list[Node], requests: list[Any], n: int, sampling: Sampling, room: int | None
     ) -> list[list[Node] | None]:
         prompts = [check_prompt(r.prompt, f"task.request (Propose) for node {x.id}") for r, x in zip(requests, nodes)]
-        seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), j)
-                 for x in nodes for j in range(n)]
-        gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
+        if sampling.distinct:
+            groups = self.lm.complete_distinct(prompts, n, sampling, [
+                derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), "distinct")
+                for x in nodes])
+        else:
+            seeds = [derive_seed(self.tree.seed, "propose", sampling.seed, x.position, len(x.children), j)
+                     for x in nodes for j in range(n)]
+            gens = self.lm.complete([p for p in prompts for _ in range(n)], sampling, seeds)
+            groups = [gens[i * n:(i + 1) * n] for i in range(len(nodes))]
         kept: list[list[tuple[str, dict[str, Any]]] | None] = []  # per node, the texts to add (None: no room)
         for i, node in enumerate(nodes):
             texts = []
-            for g in gens[i * n:(i + 1) * n]:
+            for g in groups[i]:
                 parts = self.task.split(self.problem, node, g.text)
                 if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
                     raise TaskError(f"task.split returned {parts!r}; it must return a list of strings")
                 # The completion's log-probability is kept as the child's prior (MCTS's PUCT).
-                meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens)}
+                meta = {"proposed": True, "proposal_logprob": g.logprob, "proposal_tokens": len(g.tokens),
+                        **({"distinct": dict(g.extra)} if g.extra else {})}
                 texts += [(p, meta) for p in parts if p]
             if room is not None and room <= 0 and texts:  # no room left for any of them: not expanded
                 kept.append(None)
                 continue
             kept.append([])
             seen = self._sibling_keys(node)
+            merged = self._masses(node) if seen is not None and sampling.distinct else None
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
-                if self._rejection(node, text, seen) is not None:
+                reason = self._rejection(node, text, seen)
+                if merged is not None and reason in (None, "duplicate"):
+                    # A distinct proposal that the task merges into a sibling adds its probability to it.
+                    key = self.task.dedupe_key(self.problem, node, text)
+                    mass = math.exp(meta["distinct"]["sample_logprob"])
+                    if reason is None:
+                        meta = merged[key] = {**meta, "proposal_mass": mass}
+                    elif key in merged:
+                        merged[key]["proposal_mass"] = merged[key].get("proposal_mass", 0.0) + mass
+                if reason is not None:
                     continue
                 kept[-1].append((text, meta))
                 room = None if room is None else room - 1
@@ -137,6 +155,11 @@ class RoundRunner:
                 node.status = Status.EXPANDED
             out.append(kids)
         return out
+
+    def _masses(self, parent: Node) -> dict[Hashable, dict[str, Any]]:
+        """The metadata of ``parent``'s live distinct children by dedupe key (their probability mass adds up there)."""
+        return {self.task.dedupe_key(self.problem, parent, c.text): c.metadata for c in parent.children
+                if c.alive and "distinct" in c.metadata}
 
     def _top_tokens(self, nodes: list[Node], n: int) -> list[list[Node]]:
         logits = self.lm.tree_logits([x.path_tokens() for x in nodes])  # [len(nodes), vocab]

@@ -533,3 +533,18 @@ def test_arena_capacity_leaves_room_where_trees_grow() -> None:
     more = Capacity(rows=8, slots=1500, items=(20, 1, 9), partials=40, tail_pieces=5).grown(first, min_rows=512)
     assert more == Capacity(rows=512, slots=4096, items=(32, 1, 16), partials=128, tail_pieces=16)
     assert Capacity(rows=768, slots=1, items=(0, 0, 0), partials=1, tail_pieces=1).grown(more, min_rows=512).rows == 768
+
+
+def test_distinct_children_on_the_fixed_buffers_match_the_general_step(tiny_model_dir) -> None:
+    sp = Sampling(max_tokens=3, temperature=0.8, top_k=5, distinct=True)
+    got = []
+    for fast in (True, False):
+        lm = _lm(tiny_model_dir, fast=fast)
+        with ThoughtTree(lm, prompt=list(range(3, 30)), seed=4) as tree:
+            kids = tree.expand([tree.root], n=3, sampling=sp)[0]
+            more = tree.expand(kids[:2], n=2, sampling=sp)
+            lm.check_integrity(tree)
+            got.append([k.tokens for k in kids + [g for gs in more for g in gs]])
+        assert lm.kv.num_tokens == 0
+    assert all(len({tuple(t) for t in group}) == len(group) for group in (got[0][:3], got[0][3:5], got[0][5:]))
+    assert got[0] == got[1]

@@ -191,3 +191,31 @@ def test_children_at_max_depth_are_finished_by_the_depth_limit():
     kids = result.tree.root.children
     assert [k.status for k in kids] == [Status.TERMINAL, Status.TERMINAL]
     assert all(k.metadata["finish_reason"] == "depth limit" and not k.children for k in kids)
+
+
+def test_progressive_widening_asks_a_visited_node_for_more_children():
+    table = {"Q:": ["a;", "b;", "c;", "d;"], "Q:a;": ["e;", "f;"], "Q:b;": ["g;", "h;"], "Q:c;": ["i;", "j;"],
+             "Q:d;": ["k;", "l;"]}
+    values = {"a;": 0.4, "b;": 0.5, "c;": 0.9, "d;": 0.1, "a;e;": 0.3, "a;f;": 0.2, "b;g;": 0.4, "b;h;": 0.6,
+              "c;i;": 0.9, "c;j;": 0.8, "d;k;": 0.1, "d;l;": 0.0}
+    plain = search(ScriptTask(values), MCTS(iterations=4, leaves_per_round=1, samples=2, max_depth=2),
+                   FakeLM(children=table), problem="Q")
+    assert "c;" not in by_text(plain.tree)
+    wide = search(ScriptTask(values), MCTS(iterations=4, leaves_per_round=1, samples=2, max_depth=2, widening=0.5),
+                  FakeLM(children=table), problem="Q")
+    nodes = by_text(wide.tree)
+    assert {"c;", "d;"} <= set(nodes) and nodes[""].metadata["expansions"] == 2
+    assert nodes["c;"].visits >= 1  # the better late child is chosen as soon as it exists
+    with pytest.raises(ValueError, match="widening"):
+        MCTS(widening=1.5)
+
+
+def test_priors_of_distinct_children_are_their_merged_probability_masses():
+    from thoughttree import ThoughtTree
+
+    tree = ThoughtTree(prompt=[1])
+    meta = [{"distinct": {"sample_logprob": math.log(0.2)}, "proposal_mass": 0.3},
+            {"distinct": {"sample_logprob": math.log(0.1)}}]
+    kids = [tree.add_child(tree.root, [2 + i], f"{i}", metadata=m, logprob=-1.0) for i, m in enumerate(meta)]
+    assert MCTS(rule="puct").priors(kids) == pytest.approx([0.75, 0.25])
+    assert MCTS(rule="puct", prior_temperature=0.5).priors(kids) == pytest.approx([0.9, 0.1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from thoughttree.tasks.game24.compare import best_of, matching_k, pool_size, tokens_per_sample
@@ -75,3 +77,24 @@ def test_mcts_with_the_model_priors(lm) -> None:
     assert run.meta["run"]["rule"] == "puct" and run.totals["generated_tokens"] > 0
     with pytest.raises(ValueError, match="--rule"):
         Game24Run(method="mcts", rule="best")
+
+
+def test_a_budgeted_search_that_ends_unsolved_starts_again(lm) -> None:
+    run = Game24Run(method="beam", width=1, samples=2, evaluations=2, value="lookahead", start=900, end=901, seed=0,
+                    max_tokens_per_problem=600)
+    entry = run_game24(lm, run).run.problems[0]["result"]
+    first = run_game24(lm, dataclasses.replace(run, restarts=False)).run.problems[0]["result"]
+    if first["correct"]:
+        pytest.skip("the first search solved the puzzle: nothing to restart")
+    assert entry["searches"] > 1
+    assert entry["statistics"]["generated_tokens"] > first["statistics"]["generated_tokens"]
+    assert entry["statistics"]["generated_tokens"] >= 600 or entry["correct"]
+
+
+def test_distinct_proposals_in_a_game24_search(lm) -> None:
+    run = Game24Run(method="bfs", breadth=1, samples=6, evaluations=3, start=900, end=901, seed=0, distinct=True)
+    tree = run_game24(lm, run).run.problems[0]["tree"]
+    first = [n for n in tree["nodes"] if n.get("parent") == 0]
+    texts = [n["text"] for n in first]
+    assert first and len(set(texts)) == len(texts)
+    assert all(0 < n["metadata"]["distinct"]["inclusion"] <= 1 for n in first)

@@ -73,13 +73,25 @@ def add_game24(sub: Subparsers) -> None:
         p.add_argument(f"--{name}", type=at_least(1), help=text + shown)
     p.add_argument("--rule", choices=("uct", "puct"),
                    help="MCTS selection: uct (default), or puct with the model's proposal probabilities as priors")
-    p.add_argument("--max-tokens-per-problem", type=at_least(1), default=None,
-                   help="stop each search before its next round once it has generated this many tokens")
+    p.add_argument("--token-budget", "--max-tokens-per-problem", dest="max_tokens_per_problem", type=at_least(1),
+                   default=None, metavar="N", help="generated tokens per puzzle: a search stops before its next round once "
+                                      "they are spent, and one that ends unsolved before starts again")
+    p.add_argument("--no-restarts", dest="restarts", action="store_false",
+                   help="with --token-budget, end a puzzle when its first search ends")
+    p.add_argument("--distinct", action="store_true",
+                   help="sample the proposals of one expansion (and look-ahead proposals, io/cot answers) "
+                        "without replacement: distinct thoughts")
+    p.add_argument("--temperature", type=float, help="proposal / answer temperature (default 1.0)")
+    p.add_argument("--c", type=float, help="MCTS exploration constant (default 1.0)")
+    p.add_argument("--widening", type=float,
+                   help="MCTS progressive widening exponent A: a node visited N times is asked for --samples more "
+                        "proposals once N^A reaches its number of expansions + 1 (default: one expansion per node)")
     p.set_defaults(run=run_game24_command)
 
 
 TREE_METHODS = ("bfs", "dfs", "beam", "mcts")
 APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "rule": ("mcts",),
+           "c": ("mcts",), "widening": ("mcts",),
            "k": ("io", "cot", "bon"), "samples": TREE_METHODS, "evaluations": TREE_METHODS, "value": TREE_METHODS}
 
 
@@ -89,7 +101,8 @@ def run_game24_command(args: argparse.Namespace) -> int:
         run = Game24Run(
             method=args.method, start=args.start, end=args.end, seed=args.seed, puzzles=tuple(args.puzzle),
             held_out=args.held_out,
-            max_tokens_per_problem=args.max_tokens_per_problem,
+            max_tokens_per_problem=args.max_tokens_per_problem, restarts=args.restarts, distinct=args.distinct,
+            temperature=args.temperature,
             prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"), **given,
         )
     except ValueError as exc:

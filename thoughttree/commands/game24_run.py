@@ -9,11 +9,13 @@ propose/value tree. Every method may use the exact checker on a finished answer.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
 from ..search import Budget, SearchError, search
+from ..config import Sampling
 from ..search_result import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
 from ..tasks.base import Task
@@ -48,11 +50,17 @@ class Game24Run:
     width: int = 5  # beam width
     iterations: int = 32  # MCTS iterations
     rule: str = "uct"  # MCTS selection: "uct", or "puct" with the proposals' probabilities as priors
-    max_tokens_per_problem: int | None = None  # stop a search once it has generated this many tokens
+    max_tokens_per_problem: int | None = None  # the token budget: generated tokens per puzzle, all searches
+    restarts: bool = True  # with a token budget, a search that ends unsolved starts again on what is left
+    distinct: bool = False  # proposals (and look-ahead proposals, io/cot answers) sampled without replacement
+    temperature: float | None = None  # proposal / answer temperature (None: the prompt style's default)
+    c: float | None = None  # MCTS exploration constant (None: MCTS's default)
+    widening: float | None = None  # MCTS progressive widening exponent (None: one expansion per node)
     value: str | None = None  # "probs", "lookahead" (compact default) or "samples" (few-shot default)
     prompts: str = "compact"  # "compact" for the bundled model, "few_shot" for instruction-tuned models
     puzzles: tuple[str, ...] = ()  # given puzzles instead of the index range
     held_out: str | None = None  # "val" or "test": that held-out range of puzzles instead of start..end
+    indices: tuple[int, ...] = ()  # given dataset indices instead of the index range (a split's)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
@@ -68,6 +76,11 @@ class Game24Run:
             object.__setattr__(self, "evaluations", 20 if self.value == "lookahead" else 3)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        object.__setattr__(self, "indices", tuple(int(i) for i in self.indices))
+        if self.puzzles and self.indices:
+            raise ValueError("give puzzles or dataset indices, not both")
+        if any(not 0 <= i < NUM_PUZZLES for i in self.indices) or len(set(self.indices)) != len(self.indices):
+            raise ValueError(f"indices must be distinct puzzle numbers in 0..{NUM_PUZZLES - 1}")
         if not self.puzzles and not 0 <= self.start < NUM_PUZZLES:  # given puzzles replace the range
             raise ValueError(f"--start {self.start} is beyond the data: puzzles are numbered 0..{NUM_PUZZLES - 1}")
         if not self.puzzles and not self.start < self.end <= NUM_PUZZLES:
@@ -89,36 +102,56 @@ class Game24Run:
         if self.rule not in ("uct", "puct"):
             raise ValueError(f"--rule must be 'uct' or 'puct', got {self.rule!r}")
         if self.max_tokens_per_problem is not None and self.max_tokens_per_problem < 1:
-            raise ValueError(f"--max-tokens-per-problem must be >= 1, got {self.max_tokens_per_problem}")
+            raise ValueError(f"--token-budget (--max-tokens-per-problem) must be >= 1, got {self.max_tokens_per_problem}")
+        if self.temperature is not None and not self.temperature >= 0:
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.c is not None and not self.c >= 0:
+            raise ValueError(f"--c must be >= 0, got {self.c}")
+        if self.widening is not None and not 0 < self.widening <= 1:
+            raise ValueError(f"--widening must be in (0, 1], got {self.widening}")
+        for name in ("c", "widening"):
+            if getattr(self, name) is not None and self.method != "mcts":
+                raise ValueError(f"--{name} applies to --method mcts only")
 
-    def budget(self) -> Budget:
-        """The per-puzzle search budget."""
-        return Budget(max_generated_tokens=self.max_tokens_per_problem)
+    def budget(self, spent: int = 0) -> Budget:
+        """The budget of a puzzle's next search after ``spent`` generated tokens."""
+        left = None if self.max_tokens_per_problem is None else max(1, self.max_tokens_per_problem - spent)
+        return Budget(max_generated_tokens=left)
+
+    def sampling(self, default: Sampling) -> Sampling:
+        """``default`` with the run's temperature and distinct setting."""
+        temperature = default.temperature if self.temperature is None else self.temperature
+        return dataclasses.replace(default, temperature=temperature, distinct=self.distinct)
 
     def problems(self) -> list[tuple[int | None, str]]:
         """(dataset index or None, puzzle text) for every puzzle of the run."""
         if self.puzzles:
             return [(None, p) for p in self.puzzles]
         table = load_puzzles()
-        indices = RANGES[self.held_out].indices if self.held_out is not None else range(self.start, self.end)
+        if self.held_out is not None:
+            indices: Sequence[int] = RANGES[self.held_out].indices
+        else:
+            indices = self.indices or range(self.start, self.end)
         return [(i, format_numbers(table[i])) for i in indices]
 
     def task_and_strategy(self) -> tuple[Task, StrategyBase]:
         m = self.method
-        if m in ("io", "cot"):
-            return Game24Direct(Game24DirectConfig(style=m, prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
-        if m == "bon":
-            return _LogProbCot(Game24DirectConfig(style="cot", prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
-        task = Game24(Game24Config(prompts=self.prompts, value=self.value, value_samples=self.evaluations,
-                                   lookahead_samples=self.evaluations))
+        if m in ("io", "cot", "bon"):
+            direct = Game24DirectConfig(style="cot" if m == "bon" else m, prompts=self.prompts, dedupe=False)
+            direct = dataclasses.replace(direct, sampling=self.sampling(direct.sampling))
+            return (_LogProbCot(direct) if m == "bon" else Game24Direct(direct)), BestOfN(n=self.k)
+        config = Game24Config(prompts=self.prompts, value=self.value, value_samples=self.evaluations,
+                              lookahead_samples=self.evaluations)
+        task = Game24(dataclasses.replace(config, sampling=self.sampling(config.sampling)))
         if m == "bfs":
             return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)
         if m == "dfs":
             return task, DFS(samples=self.samples, depth=3, threshold=0.5, evaluations=self.evaluations)
         if m == "beam":
             return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3, evaluations=self.evaluations)
+        tuned = {k: v for k, v in (("c", self.c), ("widening", self.widening)) if v is not None}
         return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations,
-                          rule=self.rule)
+                          rule=self.rule, **tuned)
 
 
 class _LogProbCot(Game24Direct):
@@ -166,15 +199,33 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
 
     def solve(problem: Problem) -> Record:
         index, text = problem.data
-        task, strategy = run.task_and_strategy()
         seed = derive_seed(run.seed, text if index is None else index)
-        try:
-            result = search(task, strategy, lm, problem=text, seed=seed, live=live, budget=run.budget())
-            entry = result.to_entry()
-        except SearchError as exc:  # keep what was searched; the runner counts the failure
-            result = exc.partial_result
-            entry = result.to_entry()
-            entry["result"]["error"] = str(exc.__cause__ or exc)
+        spent, searches = 0, 0
+        summed: dict[str, float] = {}  # counters of every search of the puzzle
+        while True:  # with a token budget, unsolved searches start again (fresh seeds) until it is spent
+            task, strategy = run.task_and_strategy()
+            if searches:
+                result.tree.release_kv()
+            try:
+                this_seed = derive_seed(seed, searches) if searches else seed
+                result = search(task, strategy, lm, problem=text, seed=this_seed, live=live, budget=run.budget(spent))
+                failed = None
+            except SearchError as exc:  # keep what was searched; the runner counts the failure
+                result, failed = exc.partial_result, str(exc.__cause__ or exc)
+            for key, value in result.statistics.to_dict().items():
+                if key != "per_round":
+                    summed[key] = summed.get(key, 0) + value
+            spent += result.statistics.generated_tokens
+            searches += 1
+            budget = run.max_tokens_per_problem
+            if (failed or result.solved or budget is None or not run.restarts or spent >= budget
+                    or result.statistics.generated_tokens == 0 or run.method in ("io", "cot", "bon")):
+                break
+        entry = result.to_entry()
+        if failed:
+            entry["result"]["error"] = failed
+        entry["result"]["searches"] = searches
+        entry["result"]["statistics"].update(summed)  # per_round stays the last search's
         entry["index"] = index
         check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
         entry["result"]["correct"] = check is not None and check.correct

@@ -14,6 +14,7 @@ from ..config import RuntimeConfig, Sampling, Speculative
 from ..tree import Generation, Node, ThoughtTree
 from .checkpoint import load_transformer
 from .detokenize import Detokenizer
+from .distinct import complete_distinct, generate_distinct
 from .engine import DecodeRequest, Decoded, Engine, EngineStats, on_device
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
@@ -313,6 +314,18 @@ class LM:
             self._detach(made)
             raise
         return [[self._generation(next(outs), keep=True) for _ in range(n)] for n in samples]
+
+    def generate_distinct(
+        self, nodes: Sequence[Node], samples: Sequence[int], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[list[Generation]]:
+        """Distinct continuations of each node, sampled without replacement (:mod:`.distinct`)."""
+        return generate_distinct(self, nodes, samples, sampling, seeds)
+
+    def complete_distinct(
+        self, prompts: Sequence[str | Sequence[int]], n: int, sampling: Sampling, seeds: Sequence[int]
+    ) -> list[list[Generation]]:
+        """``n`` distinct continuations of each prompt (one seed per prompt), all batched; KV freed after."""
+        return complete_distinct(self, prompts, n, sampling, seeds)
 
     def release(self, kv: Any) -> None:
         self.kv.release(kv)

@@ -14,8 +14,15 @@ descent that ends on a finished node backs its value up again without model work
 
 UCT:  Q + c * sqrt(ln N_parent / N)
 PUCT: Q + c * P * sqrt(N_parent) / (1 + N), P = softmax over siblings of each child's per-token
-log-probability / prior_temperature (the LM's prior; for proposed children, their proposal's). Q = W / N scaled into [0, 1] by the
-evaluator's bounds when they are finite.
+log-probability / prior_temperature (the LM's prior; for proposed children, their proposal's).
+Children sampled as distinct thoughts carry their sequences' probabilities (summed over the
+proposals that the task merged into one child): then P is that mass ** (1 / prior_temperature),
+normalised over the siblings. Q = W / N scaled into [0, 1] by the evaluator's bounds when they
+are finite.
+
+Progressive widening (``widening`` = alpha): a node that has been expanded e times and visited
+N times is expanded again (``samples`` more children asked for; the task drops duplicates of
+the ones it has) when N ** alpha >= e + 1, so a node's children grow with its visits.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from .base import Outcome, SearchContext, Step, StrategyBase, choose, positive_i
 ITERATIONS = "mcts_iterations"
 FINISHED = (Status.TERMINAL, Status.SOLVED)
 VALUE_SUM = "value_sum"
+EXPANSIONS = "expansions"
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class MCTSConfig:
     evaluations: int | None = None
     rollout: Any = None
     stop_on_solution: bool = True
+    widening: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("iterations", "leaves_per_round", "samples", "max_depth"):
@@ -57,6 +66,8 @@ class MCTSConfig:
             raise ValueError(f"MCTS: virtual_loss must be an integer >= 0, got {self.virtual_loss!r}")
         if not self.prior_temperature > 0:
             raise ValueError(f"MCTS: prior_temperature must be > 0, got {self.prior_temperature!r}")
+        if self.widening is not None and not 0 < self.widening <= 1:
+            raise ValueError(f"MCTS: widening must be in (0, 1] (or None for no widening), got {self.widening!r}")
         if self.rollout is not None and not callable(getattr(self.rollout, "evaluate", None)):
             raise ValueError("MCTS: rollout must be an evaluator such as thoughttree.tasks.Rollout(reward=...)")
 
@@ -111,6 +122,8 @@ class MCTS(StrategyBase):
         # An iteration counts once its leaf was expanded (a budget can stop a round, or cap it,
         # before some selected leaves are).
         expanded = {id(x) for x in outcome.expanded}
+        for x in outcome.expanded:
+            x.metadata[EXPANSIONS] = x.metadata.get(EXPANSIONS, 0) + 1
         root = self.tree.root
         root.metadata[ITERATIONS] = root.metadata.get(ITERATIONS, 0) + sum(id(x) in expanded for x in self._selected)
         self._selected = []
@@ -134,6 +147,8 @@ class MCTS(StrategyBase):
         while True:
             node, path = root, [root]
             while not (node.status is Status.OPEN and node.is_leaf) and node.status not in FINISHED:
+                if self.widens(node) and id(node) not in blocked:
+                    return path
                 kids = [c for c in node.children if c.alive and c.value is not None and id(c) not in blocked]
                 if not kids:
                     break
@@ -147,6 +162,16 @@ class MCTS(StrategyBase):
             if not any(c.alive for c in node.children):
                 node.metadata["rejected"] = "dead end: every child pruned"
                 self.tree.prune(node)
+
+    def widens(self, node: Node) -> bool:
+        """Whether progressive widening asks for more children of ``node`` now."""
+        alpha = self.config.widening
+        if alpha is None or node.depth >= self.config.max_depth or not node.children:
+            return False
+        if any(c.alive and c.value is None for c in node.children):
+            return False  # its last children are not valued yet
+        expansions = node.metadata.get(EXPANSIONS, 1)
+        return max(1, node.visits) ** alpha >= expansions + 1
 
     def choose(self, parent: Node, kids: list[Node], virtual: dict[int, int]) -> Node:
         lo, hi = (self.config.rollout or self.ctx.evaluator).bounds
@@ -176,6 +201,12 @@ class MCTS(StrategyBase):
         return best
 
     def priors(self, kids: list[Node]) -> list[float]:
+        if all("distinct" in kid.metadata for kid in kids):  # sequence probabilities of distinct samples
+            masses = [kid.metadata.get("proposal_mass", math.exp(kid.metadata["distinct"]["sample_logprob"]))
+                      for kid in kids]
+            weights = [max(m, 1e-300) ** (1 / self.config.prior_temperature) for m in masses]
+            total = sum(weights)
+            return [w / total for w in weights]
         logits = []
         for kid in kids:
             if "proposal_logprob" in kid.metadata:  # proposed text: the proposal's own probability

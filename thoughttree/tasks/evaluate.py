@@ -221,9 +221,16 @@ class Lookahead:
         expand = [self.expand(problem, n) for n in nodes]
         proposals = [(i, j) for i, p in enumerate(expand) if p is not None for j in range(k)]  # (node, sample)
         prompts = {i: check_prompt(expand[i], "Lookahead.expand") for i, _ in proposals}
-        seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position, j) for i, j in proposals]
-        texts = [prompts[i] for i, _ in proposals]
-        gens = _need(lm, "complete", "Lookahead")(texts, self.sampling, seeds) if proposals else []
+        if self.sampling.distinct and prompts:  # k distinct proposals per node (fewer when fewer exist)
+            groups = _need(lm, "complete_distinct", "Lookahead with distinct sampling")(
+                list(prompts.values()), k, self.sampling,
+                [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position) for i in prompts])
+            proposals = [(i, j) for i, group in zip(prompts, groups) for j in range(len(group))]
+            gens = [g for group in groups for g in group]
+        else:
+            seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position, j) for i, j in proposals]
+            texts = [prompts[i] for i, _ in proposals]
+            gens = _need(lm, "complete", "Lookahead")(texts, self.sampling, seeds) if proposals else []
         # What each node's value is the best of: its children's prompts, or its own when not expanded.
         wanted: list[list[str | list[int]]] = [
             [] if p is not None else [check_prompt(self.leaf.prompt(problem, n), "LabelProbs.prompt")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 if TYPE_CHECKING:
@@ -15,7 +15,9 @@ class Generation:
     """One sampled continuation of a node.
 
     ``kv`` is the handle of the continuation's own KV segment (the caller owns one reference).
-    ``finish_reason`` is "stop" (stop string or token), "eos" or "length".
+    ``finish_reason`` is "stop" (stop string or token), "eos" or "length". ``extra`` holds what a
+    sampler adds (distinct sampling: the sample's log-probability under the sampling distribution,
+    its perturbed value, the threshold and its inclusion probability).
     """
 
     tokens: list[int]
@@ -24,6 +26,7 @@ class Generation:
     token_logprobs: list[float]
     finish_reason: str
     kv: Any
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 class TreeBackend(Protocol):

@@ -125,6 +125,12 @@ class ThoughtTree:
         :attr:`~Node.position` and its ordinal among that parent's children, so the same seed
         gives the same tree whatever else is in the batch and in whatever order nodes are
         expanded. Returns the new children per input node.
+
+        With ``sampling.distinct`` the children of one node are distinct token sequences, sampled
+        without replacement (fewer than ``n`` only when fewer sequences are possible), seeded by
+        the tree seed, the sampling seed, the node's position and its number of children; each
+        child's ``metadata["distinct"]`` holds its sampling log-probability, perturbed value,
+        the threshold and its inclusion probability.
         """
         lm = self._need_lm("expand")
         sampling = Sampling() if sampling is None else sampling
@@ -141,11 +147,19 @@ class ThoughtTree:
             if node.num_path_tokens >= lm.max_context:
                 raise TreeError(f"node {node.id}'s path of {node.num_path_tokens} tokens leaves no room in the model's "
                                 f"context of {lm.max_context}; expand a shorter path")
-        seeds = [
-            [derive_seed(self.seed, sampling.seed, node.position, len(node.children) + j) for j in range(n)]
-            for node in nodes
-        ]
-        results = lm.generate(nodes, [n] * len(nodes), sampling, seeds)
+        if sampling.distinct:
+            distinct = getattr(lm, "generate_distinct", None)
+            if distinct is None:
+                raise TreeError(f"{type(lm).__name__} cannot sample distinct thoughts; use Sampling(distinct=False)")
+            results = distinct(nodes, [n] * len(nodes), sampling,
+                               [derive_seed(self.seed, sampling.seed, node.position, len(node.children), "distinct")
+                                for node in nodes])
+        else:
+            seeds = [
+                [derive_seed(self.seed, sampling.seed, node.position, len(node.children) + j) for j in range(n)]
+                for node in nodes
+            ]
+            results = lm.generate(nodes, [n] * len(nodes), sampling, seeds)
         out: list[list[Node]] = []
         for node, gens in zip(nodes, results):
             kids = []
@@ -156,7 +170,8 @@ class ThoughtTree:
                     g.text,
                     logprob=g.logprob,
                     kv=g.kv,
-                    metadata={"finish_reason": g.finish_reason, "token_logprobs": g.token_logprobs},
+                    metadata={"finish_reason": g.finish_reason, "token_logprobs": g.token_logprobs,
+                              **({"distinct": dict(g.extra)} if g.extra else {})},
                 )
                 kids.append(kid)
             if node.status is Status.OPEN:
