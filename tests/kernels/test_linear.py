@@ -98,7 +98,7 @@ def test_tiling_by_weight_width() -> None:
 def test_linear_takes_the_kernel_only_for_few_rows_of_wide_weights(monkeypatch) -> None:
     calls = []
     real = few.few_rows_linear
-    monkeypatch.setattr(few, "few_rows_linear", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(few, "few_rows_linear", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
     monkeypatch.setattr(few, "MIN_PROGRAMS", 2)  # interpreter-sized weights count as wide
     x, w, b = _inputs(40, 96, 128, torch.float32, 2)
     _close(few.linear(x[:8], w, b), linear_reference(x[:8], w, b), x, w)
@@ -142,7 +142,9 @@ def test_gated_projection_needs_pairs_of_rows() -> None:
 def test_linear_silu_mul_takes_the_kernel_where_linear_does(monkeypatch) -> None:
     calls = []
     real = few.few_rows_linear
-    monkeypatch.setattr(few, "few_rows_linear", lambda *a, **k: calls.append((a[3], k)) or real(*a, **k))
+    monkeypatch.setattr(few, "few_rows_linear",  # kernel options given, not an ``out`` left to the kernel
+                        lambda *a, **k: calls.append((a[3], {n: v for n, v in k.items() if v is not None}))
+                        or real(*a, **k))
     monkeypatch.setattr(few, "MIN_PROGRAMS", 2)
     x, w, b = _inputs(40, 96, 128, torch.float32, 4)
     _gated_close(few.linear_silu_mul(x[:8], w, b), few.linear(x[:8], w, b))
