@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..ranks import is_main_process
 from ..runner import Problem, Record, RunOptions, RunOutcome, finish
@@ -252,6 +253,7 @@ def run_check_program(args: argparse.Namespace) -> int:
         for col in ("test", "set", "status", "seconds", "stderr"):
             table.add_column(col)
         for r in rows:
-            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}", r["stderr"][-80:])
+            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}",
+                          Text(r["stderr"][-80:]))  # the program's text, shown as it is (never as markup)
         Console().print(table)
     return 0 if passed == len(rows) else TESTS_FAILED
