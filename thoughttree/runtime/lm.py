@@ -182,6 +182,10 @@ class LM:
             fix = (f"check {', '.join(have)} and config.json (transformers reads both)" if have
                    else "add tokenizer.json or the tokenizer files")
             raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); {fix}") from exc
+        if len(tokenizer) > cfg.vocab_size:
+            raise ModelLoadError(f"the tokenizer of {path} has {len(tokenizer)} tokens, more than the model's "
+                                 f"vocab_size={cfg.vocab_size} (config.json): ids from {cfg.vocab_size} on have no "
+                                 "embedding; use the tokenizer the model was trained with")
         with on_device(dev):  # staging streams and the KV pool on the model's GPU, whichever is current
             model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
             if tp is not None:
