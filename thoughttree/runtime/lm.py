@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -123,6 +124,7 @@ class LM:
             device=model.device,
         )
         self.kv = KVTree(pool)
+        self._trees: weakref.WeakSet[ThoughtTree] = weakref.WeakSet()  # every live tree given KV here
         attention = runtime.attention
         check_attention(attention, model.device, model.dtype)
         if attention == "auto":
@@ -257,6 +259,7 @@ class LM:
         """Give nodes on these paths KV segments (slots only; the next forward computes them)."""
         todo: dict[int, Node] = {}
         for node in nodes:
+            self._trees.add(node.tree)
             for x in node.path():
                 if x.kv is None:
                     todo[id(x)] = x
@@ -371,8 +374,12 @@ class LM:
 
     # -- checks ----------------------------------------------------------------------------------
     def check_integrity(self, *trees: ThoughtTree) -> None:
-        """KV tree and pool invariants; with the trees that hold KV here, refcounts are exact."""
-        holders: Counter[int] = Counter(n.kv.id for t in trees for n in t.nodes if n.kv is not None)
+        """KV tree and pool invariants, and each given tree's own. With trees given, refcounts are
+        exact: each segment's references are its children plus the nodes that hold it, in these
+        trees and in every other live tree this LM gave KV (trees that share the pool), so a
+        segment held by nothing alive is reported as leaked."""
+        holding = {id(t): t for t in (*trees, *list(self._trees))}
+        holders: Counter[int] = Counter(n.kv.id for t in holding.values() for n in t.nodes if n.kv is not None)
         self.kv.check_integrity(holders if trees else None)
         for t in trees:
             t.check_integrity()
