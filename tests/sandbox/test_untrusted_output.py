@@ -38,19 +38,19 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_outputs, st.one_of(_outputs, st.lists(_tokens, max_size=5)))
 def test_the_output_judge_answers_every_output(output, expected):
     assert outputs_match(output, expected) in (True, False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_values, _values)
 def test_the_value_judge_answers_every_value(value, expected):
     assert values_match(value, expected) in (True, False)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.one_of(st.text(), _outputs), _outputs, st.one_of(st.none(), _outputs))
 def test_a_record_of_any_output_gets_a_verdict(stdout, expected, value):
     """The records a driver sends carry what the program printed or returned: any of it is judged."""
@@ -119,3 +119,11 @@ def test_check_program_never_tracebacks_on_hostile_output(tmp_path: Path):
 @given(_digits, _digits, st.sampled_from(["", "-", "+0"]))
 def test_integers_of_any_length_match_only_when_equal(got, want, sign):
     assert outputs_match(sign + got, want) == (got == want and sign != "-")
+
+
+@pytest.mark.parametrize("stream", ["stderr", "stdout"])
+def test_an_output_flood_on_either_stream_is_an_output_limit(stream: str):
+    limits = Limits(time_s=10.0, output_bytes=100_000)
+    flood = f"import sys\nfor _ in range(64):\n    sys.{stream}.write('x' * (1 << 16))\n"
+    [result] = run_tests(flood, [("", None)], limits=limits)
+    assert result.status == "output_limit", result

@@ -145,6 +145,7 @@ class Streams:
         self.sel = selectors.DefaultSelector()
         self.data, self.sent, self.cap = data, 0, cap
         self.out, self.err, self.value = bytearray(), bytearray(), bytearray()
+        self.err_total = 0  # every byte written to standard error, of which only the end is kept
         self.over = False
         self.stdin: int | None = stdin
         self.keep_open = keep_open
@@ -175,9 +176,12 @@ class Streams:
                 continue
             buffer = key.data
             buffer += chunk
-            if buffer is self.err and len(buffer) > STDERR_KEEP:
-                del buffer[: len(buffer) - STDERR_KEEP]
-            elif buffer is not self.err and len(buffer) > self.cap:
+            if buffer is self.err:
+                self.err_total += len(chunk)
+                self.over = self.over or self.err_total > self.cap  # a flood of errors is output too
+                if len(buffer) > STDERR_KEEP:
+                    del buffer[: len(buffer) - STDERR_KEEP]
+            elif len(buffer) > self.cap:
                 self.over = True
         return bool(self.sel.get_map())
 
