@@ -25,7 +25,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
 from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
 from .launch import add_data_parallel, join_launch
-from .model import ATTENTION, add_model_arguments, is_bundled, load_model
+from .model import ATTENTION, add_model_arguments, check_device, is_bundled, load_model
 
 if TYPE_CHECKING:
     from ..runtime import LM
@@ -80,6 +80,7 @@ APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "ru
 
 
 def run_game24_command(args: argparse.Namespace) -> int:
+    check_device(args.device)
     given = method_options(args, APPLIES)
     try:
         run = Game24Run(
