@@ -23,7 +23,7 @@ from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
-from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
+from .game24_run import METHODS, Game24Run, check_prompts_fit, check_sizes_fit, run_game24
 from .launch import add_data_parallel, join_launch
 from .model import ATTENTION, add_model_arguments, check_device, is_bundled, load_model
 
@@ -98,6 +98,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
                     args.tensor_parallel, args.collective_timeout)
     try:
         check_prompts_fit(lm, run)
+        check_sizes_fit(lm, run)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     console = Console(quiet=not is_main_process())
