@@ -7,6 +7,8 @@ import pytest
 
 from thoughttree.sandbox import Check, Limits, run_tests
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 QUICK = Limits(time_s=2.0)
 CHECK = Check("def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 6\n")
 ANSWERS_AT_LOAD = "import os\nos.write(3, b'4\\n6\\n')\n{exit}def double(x):\n    return 0\n"

@@ -82,11 +82,13 @@ def test_nested_values_compare_as_unequal():
         decode("[" * 100_000 + "]" * 100_000)
 
 
+@pytest.mark.sandbox
 def test_a_program_printing_a_huge_number_gets_a_verdict():
     results = run_tests(f"print('{LONG}')", [("", "5\n"), ("", LONG + "\n")], limits=QUICK)
     assert [r.status for r in results] == ["wrong_answer", "passed"]
 
 
+@pytest.mark.sandbox
 def test_one_program_never_changes_another_programs_verdicts(monkeypatch):
     good, huge = "print(int(input()) * 2)\n", f"print('{LONG}')\n"
     tests = [("2\n", "4\n")]
@@ -106,6 +108,7 @@ def test_one_program_never_changes_another_programs_verdicts(monkeypatch):
     assert [r.status for r in second] == ["passed"]
 
 
+@pytest.mark.sandbox
 def test_check_program_never_tracebacks_on_hostile_output(tmp_path: Path):
     program = tmp_path / "hostile.py"
     program.write_text(f"import sys\nprint('{LONG}')\nsys.stderr.write('[/bold] [red]\\x00\\xff\\n')\n")
@@ -121,6 +124,7 @@ def test_integers_of_any_length_match_only_when_equal(got, want, sign):
     assert outputs_match(sign + got, want) == (got == want and sign != "-")
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("stream", ["stderr", "stdout"])
 def test_an_output_flood_on_either_stream_is_an_output_limit(stream: str):
     limits = Limits(time_s=10.0, output_bytes=100_000)

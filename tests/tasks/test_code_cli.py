@@ -11,6 +11,8 @@ from tiny_models import make_model
 from thoughttree.cli import main
 from thoughttree.tree.serialize import load_run
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 SOLUTION_4411 = "def find_missing_number(numbers):\n    n = len(numbers) + 1\n    return n * (n + 1) // 2 - sum(numbers)\n"
 
 
