@@ -36,8 +36,9 @@ def test_make_test_never_asks_for_sudo_and_says_how_to_install_bubblewrap(tmp_pa
     (venv / "bin").mkdir(parents=True)
     tools.mkdir()
     calls = tmp_path / "calls"
-    for name, script in {"sudo": f'echo "sudo $@" >> {calls}\nexit 1', "apt-get": f'echo "apt-get $@" >> {calls}\nexit 1',
-                         "id": "echo 1000"}.items():
+    stubs = {"sudo": f'echo "sudo $@" >> {calls}\nexit 1', "apt-get": f'echo "apt-get $@" >> {calls}\nexit 1',
+             "id": "echo 1000"}
+    for name, script in stubs.items():
         (tools / name).write_text(f"#!/bin/sh\n{script}\n")
         (tools / name).chmod(0o755)
     python = venv / "bin" / "python"

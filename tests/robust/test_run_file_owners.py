@@ -58,9 +58,9 @@ def test_a_second_writer_gets_a_clear_error_and_the_first_file_stays_whole(tmp_p
     try:
         _wait_for(lambda: out.is_file() and len(load_run(out).problems) == 1, "the first writer's first save")
         saved = out.read_bytes()
-        for argv in (["game24", "--end", "901", "--output", str(out)], ["game24", "--end", "901", "--resume", str(out)]):
+        for flag in ("--output", "--resume"):
+            argv = ["game24", "--end", "901", flag, str(out)]
             second = _cli(*argv)
-            flag = "--resume" if "--resume" in argv else "--output"
             assert second.returncode == 2, second.stderr
             assert f"{flag} {out} is being written by another thoughttree process (pid {first.pid})" in second.stderr
             assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-import tempfile
 
 import pytest
 
@@ -12,7 +11,7 @@ from thoughttree.cli import main
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--method", "io", "--k", "1000000000"], r"--k = 1000000000 branches per expansion.*the largest --k that fits is "),
+    (["--method", "io", "--k", "1000000000"], r"--k = 1000000000 branches per expansion.*the largest --k that fits "),
     (["--breadth", "1000000000", "--samples", "1000000000"], r"--breadth x --samples must be at most \d+$"),
     (["--breadth", "5", "--samples", "100000"], r"must be at most \d+ \(with the other as given: --samples \d+\)$"),
     (["--method", "mcts", "--samples", "100000"], r"the largest --samples that fits is \d+"),

@@ -147,7 +147,8 @@ class ModelConfig:
                  "head_dim": self.head_dim, "max_position_embeddings": self.max_position_embeddings}
         for name, value in sizes.items():
             if value <= 0:
-                raise ModelLoadError(f"config.json {name}={value} must be a positive integer; correct it in config.json")
+                raise ModelLoadError(f"config.json {name}={value} must be a positive integer; "
+                                     "correct it in config.json")
         for name, value in {"rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta}.items():
             if not value > 0 or value == float("inf"):
                 raise ModelLoadError(f"config.json {name}={value} must be a positive number; correct it in config.json")
