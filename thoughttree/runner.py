@@ -336,7 +336,7 @@ def run_problems(
     try:
         return _run_locked(problems, solve, meta, options, ids, totals, on_record, console)
     finally:
-        if locked:
+        if locked and output is not None:
             unlock_run_file(output)
 
 

@@ -149,9 +149,9 @@ class ModelConfig:
             if value <= 0:
                 raise ModelLoadError(f"config.json {name}={value} must be a positive integer; "
                                      "correct it in config.json")
-        for name, value in {"rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta}.items():
-            if not value > 0 or value == float("inf"):
-                raise ModelLoadError(f"config.json {name}={value} must be a positive number; correct it in config.json")
+        for name, real in {"rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta}.items():
+            if not 0 < real < float("inf"):
+                raise ModelLoadError(f"config.json {name}={real} must be a positive number; correct it in config.json")
         if self.num_heads % self.num_kv_heads:
             raise ModelLoadError(f"config.json num_attention_heads={self.num_heads} is not a multiple of "
                                  f"num_key_value_heads={self.num_kv_heads}; correct one of them in config.json")

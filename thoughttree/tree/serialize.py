@@ -201,7 +201,8 @@ def _shallow(data: Any) -> bool:
     if not isinstance(data, dict):
         return True
     free: list[Any] = [v for k, v in data.items() if k != "problems"]
-    for entry in data.get("problems") if isinstance(data.get("problems"), list) else ():
+    problems = data.get("problems")
+    for entry in problems if isinstance(problems, list) else []:
         if not isinstance(entry, dict):
             continue
         free += [v for k, v in entry.items() if k != "tree"]
