@@ -54,3 +54,16 @@ def test_scratch_folders_of_dead_processes_are_removed(tmp_path):
     assert mine.is_dir() and mine.name.startswith(f"thoughttree-part-{os.getpid()}-")
     assert not dead.exists() and unnamed.exists() and live.exists()
     assert sorted(glob.glob(str(tmp_path / "thoughttree-part-*"))) == sorted(map(str, [mine, live, unnamed]))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["humaneval", "--method", "io", "--k", "1000000"], r"the largest --k that fits is \d+$"),
+    (["apps", "--method", "bon", "--samples", "1000000"], r"the largest --samples that fits is \d+$"),
+    (["apps", "--method", "beam", "--samples", "1000", "--width", "1000"], r"--width x --samples must be at most \d+$"),
+])
+def test_code_commands_check_their_sizes_too(capsys, argv: list[str], message: str):
+    import re
+
+    assert main([*argv, "--model", "bundled", "--end", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err

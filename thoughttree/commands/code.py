@@ -100,6 +100,10 @@ def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: arg
          all_samples: bool = False) -> RunOutcome:
     from ..data_parallel import run_problem_set
 
+    try:
+        method.check_fits(lm, "--k" if getattr(args, "k", 1) > 1 else "--samples")
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"{meta['task']} {method.method}",
                          progress=not args.live and is_main_process())

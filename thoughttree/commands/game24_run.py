@@ -171,7 +171,8 @@ def check_sizes_fit(lm: Any, run: Game24Run) -> None:
     page = pool.page_size
     longest = max(len(lm.encode(task.prompt(text), add_bos=True)) for _, text in run.problems())
     free = pool.num_pages - -(-longest // page)
-    per_branch = -(-(task.config.sampling.max_tokens + 1) // page)
+    tokens = min(task.config.sampling.max_tokens, lm.max_context)  # a branch never runs past the context
+    per_branch = -(-(tokens + 1) // page)
     fits = max(0, free // per_branch)
     count, what, factors = _branches(run)
     if count <= fits:
@@ -181,7 +182,7 @@ def check_sizes_fit(lm: Any, run: Game24Run) -> None:
     else:
         others = [f"--{name} {fits // (count // value)}" for name, value in factors.items() if fits // (count // value)]
         fix = f"{what} must be at most {fits}" + (f" (with the other as given: {', '.join(others)})" if others else "")
-    raise ValueError(f"{what} = {count} branches per expansion, each of up to {task.config.sampling.max_tokens} "
+    raise ValueError(f"{what} = {count} branches per expansion, each of up to {tokens} "
                      f"tokens, need {count * per_branch} KV pages; the model's KV pool holds {free} beside the "
                      f"prompt; {fix}")
 
