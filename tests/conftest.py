@@ -14,9 +14,23 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import shutil
+
 import pytest
 
 from tiny_models import ARCHS, make_model
+
+NO_BWRAP = ("needs bubblewrap (bwrap), which is not installed here; install it to run the sandbox's tests "
+            "(Debian/Ubuntu: sudo apt-get install bubblewrap)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``sandbox`` run programs in bubblewrap: without it they are skipped, saying why."""
+    if shutil.which("bwrap") is not None:
+        return
+    for item in items:
+        if item.get_closest_marker("sandbox") is not None:
+            item.add_marker(pytest.mark.skip(reason=NO_BWRAP))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -80,11 +80,12 @@ def test_a_clean_run_saves_after_every_problem_and_exits_0(tmp_path):
     assert run.totals["prefill_tokens"] == 15
 
 
-def test_an_empty_output_file_is_taken(tmp_path):
+def test_an_empty_output_file_is_not_a_run_file_and_is_never_replaced(tmp_path):
     out = tmp_path / "run.json"
-    out.write_text("")  # as mktemp leaves it
-    outcome = run_problems(PROBLEMS, Solver(), META, RunOptions(output=out, progress=False))
-    assert outcome.exit_code == 0 and len(load_run(out).problems) == 5
+    out.write_text("")
+    with pytest.raises(RunError, match="is an empty file, not a thoughttree run file"):
+        run_problems(PROBLEMS, Solver(), META, RunOptions(output=out, progress=False))
+    assert out.read_text() == ""
 
 
 @pytest.mark.parametrize("case", ["directory", "missing", "readonly"])

@@ -40,7 +40,8 @@ def make_model(path: Path, arch: str, *, tie: bool = False, seed: int = 0, **ove
 
     tok = make_tokenizer(path)
     common = dict(
-        vocab_size=len(tok),
+        # Qwen's tokenizer class adds <|endoftext|> after the trained vocabulary: the model has a row for it.
+        vocab_size=len(tok) + (1 if arch.startswith("qwen") else 0),
         hidden_size=64,
         intermediate_size=96,
         num_hidden_layers=2,

@@ -25,7 +25,7 @@ from .commands.runs import add_export, add_show, add_stats
 from .commands.serve import add_serve
 from .commands.warmup import add_warmup
 from .interrupts import EXIT_CODES
-from .runner import RunError
+from .runner import RunError, unlock_run_files
 from .ranks import RankFailure
 from .tree.serialize import RunFileError
 
@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # at exit, which would otherwise print a traceback of its own.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return PIPE_CLOSED
+    finally:
+        unlock_run_files()  # a command's run files are its own only while it runs
 
 
 def _exit_if_distributed(status: int) -> None:

@@ -19,6 +19,7 @@ the output); under torchrun the launcher stops the other ranks as soon as one fa
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -93,6 +94,31 @@ def part_path(output: Path, group: int, groups: int) -> Path:
     return output.with_name(f"{output.name}.part-{group + 1}-of-{groups}")
 
 
+SCRATCH_PREFIX = "thoughttree-part-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def scratch_folder(parent: Path | None = None) -> Path:
+    """A new private folder ``thoughttree-part-PID-*`` in the temp directory (or ``parent``), for a
+    data-parallel process's scratch parts; removed by its process when the run ends, and, for one
+    whose process died without that (killed), by the next process that makes one."""
+    where = Path(parent if parent is not None else tempfile.gettempdir())
+    for old in where.glob(f"{SCRATCH_PREFIX}*"):
+        owner = old.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if old.is_dir() and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=where))
+
+
 def run_problem_set(
     problems: Sequence[Problem],
     solve: Solve,
@@ -113,7 +139,7 @@ def run_problem_set(
     if "device" in meta:
         meta = {**meta, "device": layout.requested}
     base = options.output if options.output is not None else options.resume
-    scratch = Path(tempfile.mkdtemp(prefix="thoughttree-part-"))
+    scratch = scratch_folder()
     try:
         # Other members of a tensor-parallel group keep a scratch copy, but resume from the
         # leader's part (on the same host) so that the whole group skips the same problems.

@@ -7,7 +7,8 @@ solves one problem and returns its run-file record, and the run's settings::
     outcome = run_problems(problems, solve, meta, RunOptions(output=path, resume=None, label="game24 bfs"))
     return finish(outcome, "game24")
 
-The output path is checked before any work; the run file is replaced atomically after every
+The output path is checked and locked before any work (one writer per run file: an advisory lock
+on a ``.NAME.lock`` file beside it, which names the holder's pid); the run file is replaced atomically after every
 finished problem; SIGINT and SIGTERM stop the run, the finished problems and the current partial
 tree are saved, and the exit status is 130 or 143. ``resume`` continues a stopped run: its
 finished records are kept and the rest are solved, so (with deterministic ``solve``) the file
@@ -19,8 +20,11 @@ A record is a run file's problem entry: ``{"id", "problem", "tree", "result": {"
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import glob
 import json
+import os
 import signal
 import sys
 import threading
@@ -76,9 +80,14 @@ class RunOptions:
         return self.output if self.output is not None else self.resume
 
     def check(self) -> None:
-        """Fail before any work (loading a model included) when the run file cannot be written or resumed."""
+        """Fail before any work (loading a model included) when the run file cannot be written or
+        resumed, or another process writes it; the file stays locked for this process (see
+        :func:`lock_run_file`; under a distributed launch only rank 0, which writes it, locks it)."""
         if self.path is not None:
-            check_output(self.path, "--output" if self.output is not None else "--resume")
+            flag = "--output" if self.output is not None else "--resume"
+            check_output(self.path, flag)
+            if os.environ.get("RANK", "0") == "0":
+                lock_run_file(self.path, flag)
         if self.resume is not None and (self.resume.is_file() or not part_files(self.resume)):
             load_run(self.resume)  # a stopped launch's parts without a merged file: its launch checks them
 
@@ -158,9 +167,78 @@ def check_output(path: Path, flag: str = "--output") -> None:
         raise RunError(f"{flag} {path}: cannot write in {parent} ({exc.strerror}); choose another path") from None
     if path.exists() and not path.is_file():
         raise RunError(f"{flag} {path} exists and is not a file; choose another path")
-    if path.is_file() and not holds_run_file(path, empty=True):
+    if path.is_file() and path.stat().st_size == 0:
+        raise RunError(f"{flag} {path} is an empty file, not a thoughttree run file, which the run would "
+                       "replace; remove it or choose another path")
+    if path.is_file() and not holds_run_file(path):
         raise RunError(f"{flag} {path} holds a file that is not a thoughttree run file, which the run would "
                        "replace; choose another path or move the file")
+
+
+_LOCKS: dict[str, tuple[Path, int]] = {}  # real path of a run file -> (its lock file, the locked descriptor)
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the run file at ``path``: ``.NAME.lock`` beside it."""
+    return path.with_name(f".{path.name}.lock")
+
+
+def lock_run_file(path: Path, flag: str = "--output") -> bool:
+    """Make this process the one writer of the file at ``path`` until :func:`unlock_run_file`, or
+    its exit: an advisory ``fcntl.flock`` on ``.NAME.lock`` beside it, which holds this process's
+    pid. RunError naming the other process (``flag`` names the option that gave the path) when
+    another holds it. True when this call took the lock, False when this process held it already
+    or the file system has no locks."""
+    key = os.path.realpath(path)
+    if key in _LOCKS:
+        return False
+    lock = lock_path(path)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunError(f"{flag} {path}: cannot create its lock file {lock} ({exc.strerror}); "
+                           "choose another path") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RunError(f"{flag} {path} is being written by another thoughttree process (pid {holder}); "
+                           "wait for it to end, or choose another path") from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return False
+            raise
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # else its last holder removed it between our open and our lock: take the new one
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    _LOCKS[key] = (lock, fd)
+    return True
+
+
+def unlock_run_file(path: Path) -> None:
+    """Give up the lock :func:`lock_run_file` took on ``path`` (nothing when this process holds none)."""
+    held = _LOCKS.pop(os.path.realpath(path), None)
+    if held is not None:
+        lock, fd = held
+        lock.unlink(missing_ok=True)  # removed while still locked: a waiting opener sees it is gone
+        os.close(fd)
+
+
+def unlock_run_files() -> None:
+    """Give up every run-file lock this process holds."""
+    for _, (lock, fd) in list(_LOCKS.items()):
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+    _LOCKS.clear()
 
 
 def build_run(meta: dict[str, Any], planned: int, records: Sequence[Record], totals: Totals,
@@ -250,7 +328,22 @@ def run_problems(
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise RunError("problem ids must be unique; two problems share an id")
+    output = options.path
+    held = output is not None and os.path.realpath(output) in _LOCKS  # by the caller: it lets it go
     options.check()
+    flag = "--output" if options.output is not None else "--resume"
+    locked = output is not None and (lock_run_file(output, flag) or not held)
+    try:
+        return _run_locked(problems, solve, meta, options, ids, totals, on_record, console)
+    finally:
+        if locked and output is not None:
+            unlock_run_file(output)
+
+
+def _run_locked(
+    problems: Sequence[Problem], solve: Solve, meta: dict[str, Any], options: RunOptions, ids: list[str],
+    totals: Totals, on_record: Callable[[Record, RunFile], str | None] | None, console: Any,
+) -> RunOutcome:
     output = options.path
     done, before = load_resume(options.resume, meta, problems) if options.resume is not None else ({}, 0.0)
     mine = list(options.select(problems))

@@ -6,6 +6,8 @@ import pytest
 
 from thoughttree.sandbox import Limits, run_tests
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 QUICK = Limits(time_s=3.0)
 LINES = "3\nalpha\nbeta é\n"
 

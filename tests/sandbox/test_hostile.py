@@ -13,6 +13,8 @@ import pytest
 
 from thoughttree.sandbox import Job, Limits, TestResult, run_many, run_tests
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 SHORT = Limits(time_s=1.5, memory_mb=256, output_bytes=100_000, processes=8)
 
 

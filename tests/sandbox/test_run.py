@@ -11,6 +11,8 @@ import pytest
 from thoughttree.sandbox import Check, Job, Limits, SandboxUnavailable, TestResult, run_many, run_tests
 from thoughttree.sandbox.run import _Records
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 DOUBLE = "print(int(input()) * 2)\n"
 QUICK = Limits(time_s=2.0)
 

@@ -11,6 +11,8 @@ from tiny_models import make_model
 from thoughttree.cli import main
 from thoughttree.tree.serialize import load_run
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 SOLUTION_4411 = "def find_missing_number(numbers):\n    n = len(numbers) + 1\n    return n * (n + 1) // 2 - sum(numbers)\n"
 
 
@@ -28,8 +30,9 @@ def run_cli(capsys, *argv: object) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("method, end, options", [
     ("bon", 2, []),
-    ("beam", 1, ["--width", "2", "--max-lines", "2"]),
-    ("mcts", 1, ["--iterations", "2", "--max-lines", "2"]),
+    # The line-by-line searches take the same command path; test_code_search covers their searches.
+    pytest.param("beam", 1, ["--width", "2", "--max-lines", "2"], marks=pytest.mark.slow),
+    pytest.param("mcts", 1, ["--iterations", "2", "--max-lines", "2"], marks=pytest.mark.slow),
 ])
 def test_apps_runs_a_search_and_writes_a_run_file(model_dir, tmp_path, capsys, method, end, options):
     out = tmp_path / "run.json"

@@ -15,6 +15,8 @@ import pytest
 from thoughttree.sandbox import Job, run_many
 from thoughttree.tasks import apps, humaneval
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 SOLVED = {
     "1607": "s = input().strip()\nq = a = qa = qaq = 0\nfor ch in s:\n    if ch == 'Q':\n        qaq += qa\n"
             "        q += 1\n    elif ch == 'A':\n        qa += q\nprint(qaq)\n",

@@ -9,6 +9,8 @@ from thoughttree.commands.code_run import CodeSearch, apps_totals, humaneval_tot
 from thoughttree.tasks.apps import Apps
 from thoughttree.tasks.code import Checker, CodeProblem
 
+pytestmark = pytest.mark.sandbox  # runs programs in bubblewrap
+
 RIGHT = "print(int(input()) * 2)\n"
 WRONG = "print(int(input()))\n"
 CRASH = "print(1 / 0)\n"

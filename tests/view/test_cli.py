@@ -144,7 +144,7 @@ def test_bad_choices_give_one_clear_line_and_status_2(run_file, tmp_path, capsys
     assert "choose one with --problem" in error_line(capsys, "export", run_file, "--format", "dot")
     nowhere = tmp_path / "no" / "such" / "dir" / "t.dot"
     argv = ("export", run_file, "--problem", "0", "--format", "dot", "--output", nowhere)
-    assert "cannot write" in error_line(capsys, *argv)
+    assert "does not exist; create it first" in error_line(capsys, *argv)
     before = run_file.read_bytes()
     argv = ("export", run_file, "--problem", "0", "--format", "json", "--output", run_file.parent / "." / run_file.name)
     assert "is the run file being exported" in error_line(capsys, *argv)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..ranks import is_main_process
 from ..runner import Problem, Record, RunOptions, RunOutcome, finish
@@ -21,7 +22,9 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
-from .model import ATTENTION, add_remote_arguments, add_speculative, check_device, load_model, model_meta, remote_options
+from .model import (
+    ATTENTION, add_remote_arguments, add_speculative, check_device, load_model, model_meta, remote_options,
+)
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout
@@ -102,6 +105,10 @@ def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: arg
          all_samples: bool = False) -> RunOutcome:
     from ..data_parallel import run_problem_set
 
+    try:
+        method.check_fits(lm, "--k" if getattr(args, "k", 1) > 1 else "--samples")
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"{meta['task']} {method.method}",
                          progress=not args.live and is_main_process())
@@ -257,6 +264,7 @@ def run_check_program(args: argparse.Namespace) -> int:
         for col in ("test", "set", "status", "seconds", "stderr"):
             table.add_column(col)
         for r in rows:
-            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}", r["stderr"][-80:])
+            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}",
+                          Text(r["stderr"][-80:]))  # the program's text, shown as it is (never as markup)
         Console().print(table)
     return 0 if passed == len(rows) else TESTS_FAILED

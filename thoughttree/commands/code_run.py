@@ -60,6 +60,28 @@ class CodeSearch:
         return CodeConfig(unit=unit, sampling=program, line_sampling=line, rollout=program, max_lines=self.max_lines,
                           dedupe=self.method != "io", public_tests=self.method != "io")
 
+    def check_fits(self, lm: Any, samples_flag: str = "--samples") -> None:
+        """ValueError, before any search, when one expansion would sample more branches than the
+        model's KV pool holds beside a prompt of the whole context (each branch of up to its
+        sampling's tokens keeps pages of its own), giving the largest value that fits."""
+        pool = lm.kv.pool
+        config = self.task_config()
+        sampling = config.sampling if config.unit == "program" else config.line_sampling
+        free = pool.num_pages - -(-lm.max_context // pool.page_size)
+        tokens = min(sampling.max_tokens, lm.max_context)  # a branch never runs past the context
+        per_branch = -(-(tokens + 1) // pool.page_size)
+        fits = max(0, free // per_branch)
+        count = self.samples * (self.width if self.method == "beam" else 1)
+        if count <= fits:
+            return
+        if self.method == "beam":
+            fix = f"--width x {samples_flag} must be at most {fits}"
+        else:
+            fix = f"the largest {samples_flag} that fits is {fits}"
+        raise ValueError(f"{count} branches per expansion, each of up to {tokens} tokens, need "
+                         f"{count * per_branch} KV pages; the model's KV pool holds {free} beside a prompt of the "
+                         f"whole context; {fix}")
+
     def strategy(self) -> StrategyBase:
         if self.method in ("io", "bon"):
             return BestOfN(n=self.samples)

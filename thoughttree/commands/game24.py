@@ -24,9 +24,11 @@ from ..tree import ThoughtTree, TreeError
 from ..tree.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
-from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
+from .game24_run import METHODS, Game24Run, check_prompts_fit, check_sizes_fit, run_game24
 from .launch import add_data_parallel, join_launch
-from .model import ATTENTION, add_model_arguments, add_speculative, is_bundled, is_remote, load_model, remote_options
+from .model import (
+    ATTENTION, add_model_arguments, add_speculative, check_device, is_bundled, is_remote, load_model, remote_options,
+)
 
 if TYPE_CHECKING:
     from ..runtime import LM
@@ -96,6 +98,7 @@ APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "ru
 
 
 def run_game24_command(args: argparse.Namespace) -> int:
+    check_device(args.device)
     given = method_options(args, APPLIES)
     try:
         run = Game24Run(
@@ -116,6 +119,7 @@ def run_game24_command(args: argparse.Namespace) -> int:
                     **remote_options(args))
     try:
         check_prompts_fit(lm, run)
+        check_sizes_fit(lm, run)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     console = Console(quiet=not is_main_process())

@@ -190,6 +190,43 @@ def check_prompts_fit(lm: Any, run: Game24Run) -> None:
                                  f"{size} tokens, the model's context is {lm.max_context}; {fix}")
 
 
+def _branches(run: Game24Run) -> tuple[int, str, dict[str, int]]:
+    """The most branches one expansion of ``run``'s search samples at once, what gives that number,
+    and the options it is the product of."""
+    if run.method in ("io", "cot", "bon"):
+        return run.k, "--k", {"k": run.k}
+    if run.method == "bfs":
+        return run.breadth * run.samples, "--breadth x --samples", {"breadth": run.breadth, "samples": run.samples}
+    if run.method == "beam":
+        return run.width * run.samples, "--width x --samples", {"width": run.width, "samples": run.samples}
+    return run.samples, "--samples", {"samples": run.samples}
+
+
+def check_sizes_fit(lm: Any, run: Game24Run) -> None:
+    """ValueError, before any search, when one expansion would sample more branches than the
+    model's KV pool can hold next to the longest prompt: each branch of up to ``max_tokens`` new
+    tokens keeps pages of its own. The message gives the largest value that fits."""
+    task, _ = run.task_and_strategy()
+    pool = lm.kv.pool
+    page = pool.page_size
+    longest = max(len(lm.encode(task.prompt(text), add_bos=True)) for _, text in run.problems())
+    free = pool.num_pages - -(-longest // page)
+    tokens = min(task.config.sampling.max_tokens, lm.max_context)  # a branch never runs past the context
+    per_branch = -(-(tokens + 1) // page)
+    fits = max(0, free // per_branch)
+    count, what, factors = _branches(run)
+    if count <= fits:
+        return
+    if len(factors) == 1:
+        fix = f"the largest {what} that fits is {fits}"
+    else:
+        others = [f"--{name} {fits // (count // value)}" for name, value in factors.items() if fits // (count // value)]
+        fix = f"{what} must be at most {fits}" + (f" (with the other as given: {', '.join(others)})" if others else "")
+    raise ValueError(f"{what} = {count} branches per expansion, each of up to {tokens} "
+                     f"tokens, need {count * per_branch} KV pages; the model's KV pool holds {free} beside the "
+                     f"prompt; {fix}")
+
+
 def game24_meta(lm: Any, run: Game24Run) -> dict[str, Any]:
     return {"task": "game24", "search_format": SEARCH_FORMAT_VERSION, "run": asdict(run), **model_meta(lm)}
 

@@ -6,6 +6,7 @@ torch is imported here only when a model is loaded, so commands that read run fi
 from __future__ import annotations
 
 import argparse
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,11 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
     add_speculative(p)
     add_tensor_parallel(p)
+
+
+_DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
+OTHER_TORCH_DEVICES = ("mps", "xpu", "xla", "meta", "hip", "hpu", "ipu", "mtia", "maia", "lazy", "vulkan", "ve",
+                       "privateuseone")
 
 
 def add_remote_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,8 +106,16 @@ def add_speculative(p: argparse.ArgumentParser) -> None:
 
 
 def check_device(device: str | None) -> None:
-    """A one-line error for a device this torch cannot run on."""
+    """A one-line error for a device this torch cannot run on: a name that is not cpu or cuda is
+    refused before torch is imported, and a CUDA device is then checked against this torch."""
     if device is None:
+        return
+    if not _DEVICE.fullmatch(device):
+        kind = device.split(":")[0]
+        if kind in OTHER_TORCH_DEVICES and re.fullmatch(rf"{kind}(:\d+)?", device):
+            raise CliError(f"--device {device}: thoughttree runs on cpu or cuda, not {kind}")
+        raise CliError(f"--device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)")
+    if device.startswith("cpu"):
         return
     from ..runtime.lm import resolve_device
 
@@ -126,9 +140,9 @@ def load_model(
         if speculative != "off":
             raise CliError(f"--speculative {speculative}: speculation runs on a local model; a server decodes itself")
         return load_remote(spec, remote_model, remote_tokenizer, remote_context, remote_concurrency)
+    check_device(device)  # before torch is imported: a bad name is refused at once
     from ..runtime import LM, ModelLoadError
 
-    check_device(device)
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
         runtime = RuntimeConfig(attention=attention, collective_timeout_s=collective_timeout_s, num_pages=num_pages)

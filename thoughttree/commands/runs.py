@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..live import format_stat
+from ..runner import lock_run_file, unlock_run_file
 from ..tree.export import graphml_text, to_dot
 from ..tree.render import legend, one_line, show
 from ..tree.serialize import RunFile, RunFileError, holds_run_file, load_run, tree_from_dict, tree_to_dict
@@ -242,7 +244,42 @@ def add_export(sub: Subparsers) -> None:
     _add_run_file(p)
     p.add_argument("--format", required=True, choices=("graphml", "dot", "json"), help="file format to write")
     p.add_argument("--output", type=Path, metavar="PATH", help="write here instead of to stdout")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --output file that is not an export of this --format (never a run file)")
     p.set_defaults(run=run_export)
+
+
+EXPORT_HEADS = {  # what an export of each format begins with (its first bytes, read up to PEEK_BYTES)
+    "json": lambda head: b'"format": "thoughttree.tree"' in head,
+    "graphml": lambda head: head.startswith(b"<?xml") and b"<graphml" in head,
+    "dot": lambda head: head.lstrip().startswith(b"digraph thoughttree {"),
+}
+PEEK_BYTES = 1 << 16
+
+
+def _check_export_output(path: Path, fmt: str, run_file: Path, force: bool) -> None:
+    """Refuse an --output that would lose a file: a directory, the run file being exported, any
+    run file, or (without ``force``) a file that is not an export of ``fmt``, an empty one included."""
+    if path.is_dir():
+        raise CliError(f"--output {path} is a directory; give a file path such as {path / f'tree.{fmt}'}")
+    if not path.parent.is_dir():
+        raise CliError(f"--output {path}: the directory {path.parent} does not exist; create it first")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise CliError(f"--output {path} exists and is not a file; choose another path")
+    if path.samefile(run_file) or holds_run_file(path):
+        which = "the run file being exported" if path.samefile(run_file) else "a thoughttree run file"
+        raise CliError(f"--output {path} is {which}; write the export to another path")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(PEEK_BYTES)
+    except OSError as exc:
+        raise CliError(f"--output {path}: cannot read the file there ({exc.strerror or exc})") from None
+    if not force and not EXPORT_HEADS[fmt](head):
+        what = "an empty file" if not head.strip() else f"a file that is not a {fmt} export of thoughttree"
+        raise CliError(f"--output {path} holds {what}, which the export would replace; choose another path, "
+                       "or add --force to replace it")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -263,11 +300,17 @@ def run_export(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    if args.output.is_file() and (args.output.samefile(args.run_file) or holds_run_file(args.output)):
-        which = "the run file being exported" if args.output.samefile(args.run_file) else "a thoughttree run file"
-        raise CliError(f"--output {args.output} is {which}; write the export to another path")
+    _check_export_output(args.output, args.format, args.run_file, args.force)
+    lock_run_file(args.output, "--output")
     try:
-        args.output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+        _check_export_output(args.output, args.format, args.run_file, args.force)  # as it is now we own it
+        tmp = args.output.with_name(f".{args.output.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(args.output)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    finally:
+        unlock_run_file(args.output)
     return 0

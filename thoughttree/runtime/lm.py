@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -132,6 +133,7 @@ class LM:
             device=model.device,
         )
         self.kv = KVTree(pool)
+        self._trees: weakref.WeakSet[ThoughtTree] = weakref.WeakSet()  # every live tree given KV here
         attention = runtime.attention
         check_attention(attention, model.device, model.dtype)
         if attention == "auto":
@@ -192,6 +194,10 @@ class LM:
             fix = (f"check {', '.join(have)} and config.json (transformers reads both)" if have
                    else "add tokenizer.json or the tokenizer files")
             raise ModelLoadError(f"cannot load the tokenizer from {path} ({exc}); {fix}") from exc
+        if len(tokenizer) > cfg.vocab_size:
+            raise ModelLoadError(f"the tokenizer of {path} has {len(tokenizer)} tokens, more than the model's "
+                                 f"vocab_size={cfg.vocab_size} (config.json): ids from {cfg.vocab_size} on have no "
+                                 "embedding; use the tokenizer the model was trained with")
         with on_device(dev):  # staging streams and the KV pool on the model's GPU, whichever is current
             model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
             if tp is not None:
@@ -273,6 +279,7 @@ class LM:
         """Give nodes on these paths KV segments (slots only; the next forward computes them)."""
         todo: dict[int, Node] = {}
         for node in nodes:
+            self._trees.add(node.tree)
             for x in node.path():
                 if x.kv is None:
                     todo[id(x)] = x
@@ -399,8 +406,12 @@ class LM:
 
     # -- checks ----------------------------------------------------------------------------------
     def check_integrity(self, *trees: ThoughtTree) -> None:
-        """KV tree and pool invariants; with the trees that hold KV here, refcounts are exact."""
-        holders: Counter[int] = Counter(n.kv.id for t in trees for n in t.nodes if n.kv is not None)
+        """KV tree and pool invariants, and each given tree's own. With trees given, refcounts are
+        exact: each segment's references are its children plus the nodes that hold it, in these
+        trees and in every other live tree this LM gave KV (trees that share the pool), so a
+        segment held by nothing alive is reported as leaked."""
+        holding = {id(t): t for t in (*trees, *list(self._trees))}
+        holders: Counter[int] = Counter(n.kv.id for t in holding.values() for n in t.nodes if n.kv is not None)
         self.kv.check_integrity(holders if trees else None)
         for t in trees:
             t.check_integrity()

@@ -99,6 +99,12 @@ class ModelConfig:
             window = raw.get("sliding_window")
             if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
                 window = None
+            if not raw.get("head_dim") and heads > 0 and hidden > 0 and hidden % heads:
+                raise ModelLoadError(f"config.json hidden_size={hidden} is not a multiple of num_attention_heads="
+                                     f"{heads} and there is no head_dim; correct one of them in config.json")
+            if heads <= 0:
+                raise ModelLoadError(f"config.json num_attention_heads={heads} must be a positive integer; "
+                                     "correct it in config.json")
             return cls(
                 model_type=model_type,
                 vocab_size=int(raw["vocab_size"]),
@@ -122,13 +128,41 @@ class ModelConfig:
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_ids=_token_ids(raw.get("eos_token_id")),
                 torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
-            )
+            ).check_values()
         except KeyError as exc:
             raise ModelLoadError(f"config.json lacks the field {exc.args[0]!r}; is this a causal LM config?") from exc
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ModelLoadError):
+                raise
+            bad = next((f"{k}={raw[k]!r}" for k in NUMERIC_FIELDS if k in raw and not _is_number(raw[k])), "a field")
+            raise ModelLoadError(f"config.json {bad} is not a number ({exc}); correct it in config.json") from None
+
+    def check_values(self) -> ModelConfig:
+        """This config, when its sizes can make a model: every size positive, the attention heads a
+        multiple of the key/value heads, the hidden size a multiple of the heads (where it gives the
+        head size). ModelLoadError naming the config.json field otherwise."""
+        sizes = {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+                 "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+                 "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+                 "head_dim": self.head_dim, "max_position_embeddings": self.max_position_embeddings}
+        for name, value in sizes.items():
+            if value <= 0:
+                raise ModelLoadError(f"config.json {name}={value} must be a positive integer; "
+                                     "correct it in config.json")
+        for name, real in {"rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta}.items():
+            if not 0 < real < float("inf"):
+                raise ModelLoadError(f"config.json {name}={real} must be a positive number; correct it in config.json")
+        if self.num_heads % self.num_kv_heads:
+            raise ModelLoadError(f"config.json num_attention_heads={self.num_heads} is not a multiple of "
+                                 f"num_key_value_heads={self.num_kv_heads}; correct one of them in config.json")
+        return self
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelConfig:
         path = Path(path)
+        if path.is_file():
+            raise ModelLoadError(f"model directory {path} is a file, not a directory; pass the directory that "
+                                 f"holds config.json, *.safetensors and tokenizer files (perhaps {path.parent})")
         if not path.is_dir():
             bundled = (" (the bundled Game of 24 model is at thoughttree.commands.model.bundled_model_path())"
                        if str(path) == "bundled" else "")
@@ -147,6 +181,15 @@ class ModelConfig:
             return config
         extra = _token_ids(_json_object(gen).get("eos_token_id"))
         return replace(config, eos_token_ids=tuple(dict.fromkeys(config.eos_token_ids + extra)))
+
+
+NUMERIC_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                  "sliding_window")
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def _json_object(file: Path) -> dict[str, Any]:

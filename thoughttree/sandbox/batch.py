@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from .isolation import SandboxUnavailable
 from .limits import Limits
-from .result import TestResult
-from .run import run_tests
+from .result import TestResult, excerpt
+from .run import checked_tests, run_tests
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,10 @@ def run_many(
 ) -> list[list[TestResult]]:
     """The results of every job, in order; ``workers`` sandboxes run at once (default: CPU cores).
 
-    Each sandbox is a separate process tree, so threads are enough to keep them all busy.
+    Each sandbox is a separate process tree, so threads are enough to keep them all busy. Verdicts
+    are per program: every job's tests are checked before any runs, and a job whose judging fails
+    for any other reason than a missing sandbox gets ``runtime_error`` on each of its tests
+    (the reason in ``stderr``) while the others keep theirs.
     """
     jobs = list(jobs)
     if workers is None:
@@ -38,14 +42,21 @@ def run_many(
     for index, job in enumerate(jobs):
         if not isinstance(job, Job):
             raise TypeError(f"job {index} must be a thoughttree.sandbox.Job, got {type(job).__name__}")
+        checked_tests(job.tests, job.fn_name)
     if not jobs:
         return []
 
     def one(job: Job) -> list[TestResult]:
-        return run_tests(
-            job.program, job.tests, fn_name=job.fn_name, limits=job.limits, isolation=isolation, bwrap=bwrap,
-            fresh_interpreter=job.fresh_interpreter,
-        )
+        try:
+            return run_tests(
+                job.program, job.tests, fn_name=job.fn_name, limits=job.limits, isolation=isolation, bwrap=bwrap,
+                fresh_interpreter=job.fresh_interpreter,
+            )
+        except SandboxUnavailable:
+            raise
+        except Exception as error:  # this program's judging failed: its own tests say so, no other job's
+            why = excerpt(f"not judged: {type(error).__name__}: {error}", tail=True)
+            return [TestResult("runtime_error", stderr=why) for _ in job.tests]
 
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         return list(pool.map(one, jobs))

@@ -4,8 +4,8 @@ or ``python -I call.py PROGRAM NAME FD`` in a fresh interpreter.
 Runs the program as a module named ``solution``, calls ``NAME(*args)`` (a top-level function,
 or a method of a class ``Solution``) with the JSON list of arguments read from standard input,
 and writes the return value to file descriptor FD in :mod:`wire` format. With a fifth argument,
-``serve``, it answers calls until standard input ends instead (:func:`serve`: a checking
-function's candidate). Standard library only.
+``serve``, it answers calls until the checking function is done instead (:func:`serve`: a
+checking function's candidate). Standard library only.
 """
 
 from __future__ import annotations
@@ -41,13 +41,20 @@ def run(code, fn_name: str, fd: int) -> None:
 
 
 def serve(code, fn_name: str, fd: int) -> None:
-    """Run the program as :func:`run` does, then answer calls until standard input ends: each line
-    a call's ``[args, kwargs]`` in :mod:`wire` format, each answer the value on a line of ``fd``."""
+    """Run the program as :func:`run` does, then answer calls until the end: each line of standard
+    input is ``NONCE CALL``, a call's ``[args, kwargs]`` in :mod:`wire` format, each answer
+    ``NONCE VALUE`` on a line of ``fd``; ``NONCE end`` (the check is done) is answered ``NONCE end``.
+    Nonces are fresh for every call, so no answer can be written before its call was sent."""
     channel = os.fdopen(fd, "w")
     function = _function(code, fn_name)
     for line in sys.stdin:
-        args, kwargs = wire.decode(line)
-        channel.write(wire.encode(function(*args, **kwargs)) + "\n")
+        nonce, _, body = line.rstrip("\n").partition(" ")
+        if body == "end":
+            channel.write(f"{nonce} end\n")
+            channel.flush()
+            return
+        args, kwargs = wire.decode(body)
+        channel.write(f"{nonce} {wire.encode(function(*args, **kwargs))}\n")
         channel.flush()
 
 

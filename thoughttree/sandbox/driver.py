@@ -27,7 +27,10 @@ function (HumanEval's ``check(candidate)``) runs that function here, in the driv
 ``candidate`` that calls the program's function in the test's process (always a fresh
 interpreter, which holds nothing of the driver's memory) and returns plain values
 (:mod:`wire`): the program can neither reach the check's expected values nor answer with an
-object that compares equal to anything.
+object that compares equal to anything. Every call carries a fresh random nonce that its answer
+must repeat, and the check counts only once the program has acknowledged its end (a last
+nonce), so answers written before a call was sent, or a program that leaves before the check is
+done, never pass.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import json
 import math
 import os
 import resource
+import secrets
 import select
 import selectors
 import signal
@@ -141,6 +145,7 @@ class Streams:
         self.sel = selectors.DefaultSelector()
         self.data, self.sent, self.cap = data, 0, cap
         self.out, self.err, self.value = bytearray(), bytearray(), bytearray()
+        self.err_total = 0  # every byte written to standard error, of which only the end is kept
         self.over = False
         self.stdin: int | None = stdin
         self.keep_open = keep_open
@@ -171,9 +176,12 @@ class Streams:
                 continue
             buffer = key.data
             buffer += chunk
-            if buffer is self.err and len(buffer) > STDERR_KEEP:
-                del buffer[: len(buffer) - STDERR_KEEP]
-            elif buffer is not self.err and len(buffer) > self.cap:
+            if buffer is self.err:
+                self.err_total += len(chunk)
+                self.over = self.over or self.err_total > self.cap  # a flood of errors is output too
+                if len(buffer) > STDERR_KEEP:
+                    del buffer[: len(buffer) - STDERR_KEEP]
+            elif len(buffer) > self.cap:
                 self.over = True
         return bool(self.sel.get_map())
 
@@ -432,8 +440,13 @@ class TestRun:
 
 
 class Stopped(BaseException):
-    """The candidate's process ended, ran out of time or over a limit before it answered a call
-    (a BaseException, so a check's own ``except Exception`` does not take it)."""
+    """The candidate's process ended, ran out of time or over a limit before it answered a call,
+    or answered with another nonce than the call's (a BaseException, so a check's own ``except
+    Exception`` does not take it). ``reason``: None when the process stopped, else what it did."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Candidate:
@@ -445,14 +458,27 @@ class Candidate:
         self.run = run
 
     def __call__(self, *args, **kwargs):
+        return wire.decode(self.ask(wire.encode([list(args), kwargs])))
+
+    def ask(self, body: str) -> str:
+        """Send ``NONCE body`` (a fresh nonce); the body of the answer that repeats the nonce."""
+        nonce = secrets.token_hex(16)
         streams = self.run.streams
-        streams.send((wire.encode([list(args), kwargs]) + "\n").encode("utf-8"))
+        streams.send(f"{nonce} {body}\n".encode("utf-8"))
         while b"\n" not in streams.value:
             if not self.run.step():
                 raise Stopped
         line, _, rest = bytes(streams.value).partition(b"\n")
         streams.value[:] = rest
-        return wire.decode(line.decode("utf-8", "replace"))
+        got, _, answer = line.decode("utf-8", "replace").partition(" ")
+        if got != nonce:
+            raise Stopped("the program answered a call before it was sent (the answer does not carry its nonce)")
+        return answer
+
+    def close(self) -> None:
+        """The check is done: the program must acknowledge it, proving it ran until the end."""
+        if self.ask("end") != "end":
+            raise Stopped("the program did not acknowledge the end of the check")
 
 
 def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -> dict:
@@ -461,8 +487,9 @@ def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -
 
 def check_test(child: Callable[[], int], source: str, request: dict) -> dict:
     """A test judged by ``check(candidate)`` from ``source``, with the function's name bound to the
-    candidate too: its record with ``check``, "passed" when it returned, the exception's last
-    line when it raised, None when the candidate stopped."""
+    candidate too: its record with ``check``, "passed" when it returned and the program then
+    acknowledged the end, the exception's last line when it raised, what the program did wrong
+    when it broke the protocol, None when the candidate stopped."""
     run = TestRun(child, b"", request, call=True, keep_input=True)
     verdict = None
     try:
@@ -471,9 +498,10 @@ def check_test(child: Callable[[], int], source: str, request: dict) -> dict:
         check, candidate = namespace["check"], Candidate(run)
         namespace[request["fn_name"]] = candidate
         check(candidate)
+        candidate.close()
         verdict = "passed"
-    except Stopped:
-        pass
+    except Stopped as stop:
+        verdict = stop.reason
     except Exception as error:
         verdict = "".join(traceback.format_exception_only(type(error), error)).strip() or type(error).__name__
     run.streams.end_input()

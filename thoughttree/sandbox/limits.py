@@ -12,7 +12,7 @@ class Limits:
 
     ``time_s`` is the wall-clock limit of one test (CPU time is capped at the next whole second
     plus one); ``memory_mb`` the address space of each process; ``output_bytes`` caps standard
-    output (and a call's return value) and the size of any file written; ``processes`` the
+    output, standard error (each on its own), a call's return value and the size of any file written; ``processes`` the
     number of processes and threads the program may run at once.
     """
 

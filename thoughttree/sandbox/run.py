@@ -28,7 +28,8 @@ RECORD_FIELDS = {"i": int, "exit": int, "timeout": bool, "output_limit": bool, "
                  "value": (str, type(None)), "time": (int, float)}
 
 
-def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
+def checked_tests(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
+    """The tests as (input, expected) pairs; ValueError naming the first that is not one."""
     pairs: list[Test] = []
     for index, test in enumerate(tests):
         if not (isinstance(test, (tuple, list)) and len(test) == 2):
@@ -143,7 +144,7 @@ def _record(line: bytes, index: int) -> dict | None:
         return None  # cut short when the driver was killed, or longer than any record can be
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or record.get("i") != index:
         return None
@@ -185,7 +186,7 @@ class _Records:
 def _syntax_error(line: bytes) -> str | None:
     try:
         found = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     text = found.get("syntax_error") if isinstance(found, dict) and len(found) == 1 else None
     return text if isinstance(text, str) else None
@@ -255,7 +256,7 @@ def run_tests(
         raise ValueError(f"fn_name must be a Python identifier, got {fn_name!r}")
     if not isinstance(limits, Limits):
         raise TypeError(f"limits must be a thoughttree.sandbox.Limits, got {type(limits).__name__}")
-    pairs = _checked(tests, fn_name)
+    pairs = checked_tests(tests, fn_name)
     if not pairs:
         return []
     records = _Records(pairs, fn_name)

@@ -179,6 +179,42 @@ def holds_run_file(path: str | Path, *, empty: bool = False) -> bool:
     return json.dumps({"format": FORMAT})[1:-1].encode() in head or (empty and not head.strip())
 
 
+MAX_DEPTH = 100  # how deeply a run file's free-form values (meta, results, node metadata) may nest
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts at most ``limit`` levels deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if level > limit:
+            return False
+        stack.extend((item, level + 1) for item in (node.values() if isinstance(node, dict) else node))
+    return True
+
+
+def _shallow(data: Any) -> bool:
+    """Whether a run file's free-form values nest at most :data:`MAX_DEPTH` levels (its fixed
+    structure, problems, trees and nodes, is checked field by field afterwards)."""
+    if not isinstance(data, dict):
+        return True
+    free: list[Any] = [v for k, v in data.items() if k != "problems"]
+    problems = data.get("problems")
+    for entry in problems if isinstance(problems, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        free += [v for k, v in entry.items() if k != "tree"]
+        tree = entry.get("tree")
+        nodes = tree.get("nodes") if isinstance(tree, dict) else None
+        if isinstance(tree, dict):
+            free += [v for k, v in tree.items() if k != "nodes"]
+        for node in nodes if isinstance(nodes, list) else ():
+            free += [v for k, v in node.items() if k != "tokens"] if isinstance(node, dict) else [node]
+    return all(_depth_within(value, MAX_DEPTH) for value in free)
+
+
 def load_run(path: str | Path) -> RunFile:
     """Read a run file, with a clear error for a missing, corrupt or newer-version file."""
     path = Path(path)
@@ -188,6 +224,11 @@ def load_run(path: str | Path) -> RunFile:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunFileError(f"{path} is not valid JSON ({exc}); the file is corrupt or not a run file") from exc
+    except RecursionError:
+        data = None
+    if data is None or not _shallow(data):
+        raise RunFileError(f"{path} nests JSON values more than {MAX_DEPTH} levels deep; the file is corrupt "
+                           "or not a run file")
     _check_header(data, FORMAT, "run", path)
     if not isinstance(data.get("problems", []), list):
         raise RunFileError(f"{path}: problems must be a list, got {type(data['problems']).__name__}; the file is corrupt")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import numbers
 import operator
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -16,6 +17,14 @@ if TYPE_CHECKING:
 
 class TreeError(RuntimeError):
     """A tree operation that cannot be done as asked."""
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` when it is an integer (numpy's too; never a bool, float or string): TypeError otherwise."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(seed).__name__} {seed!r:.40}; "
+                        "pass an int such as seed=0")
+    return int(seed)
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -40,7 +49,7 @@ class ThoughtTree:
         self, lm: TreeBackend | None = None, prompt: str | Sequence[int] | None = None, *, seed: int = 0
     ) -> None:
         self.lm = lm
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.nodes: list[Node] = []
         self.roots: list[Node] = []
         if prompt is not None:
