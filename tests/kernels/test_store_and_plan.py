@@ -281,7 +281,7 @@ def test_the_longest_launch_goes_first() -> None:
 
 def test_programs_per_sm_follow_shared_memory_and_registers() -> None:
     shapes = tile_shapes(4, 128)
-    # On an H200: five 16-row programs fit an SM, two 64-row ones (by shared memory and by
+    # On a Hopper SM: five 16-row programs fit an SM, two 64-row ones (by shared memory and by
     # registers), one 128-row one.
     assert [programs_per_sm(s, 128, *SM_LIMITS) for s in shapes] == [5, 2, 1]
     assert [programs_per_sm(s, 128, 100 * 1024, SM_LIMITS[1]) for s in shapes] == [2, 1, 1]  # never fewer than one

@@ -311,9 +311,8 @@ MERGE_PROGRAMS = 512  # the merge programs a call keeps at least when it groups 
 MERGE_HEADS = 4  # the most KV heads a merge program takes unasked
 MERGE_TILE = 16 * 128  # the most elements of one partial's rows a grouped program holds unasked
 # Most pipeline stages of the merge's own-key loop: a call takes one per step of its longest own
-# range, up to this many. On an H200, calls whose 128-key decode tails take 16 steps (4 KV heads
-# of 8 keys a step) were 11% faster with 3 stages than with none, and 4% faster than with 2
-# (BENCHMARKS.md).
+# range, up to this many. Three measured faster than none or two on decode tails of 128 keys
+# (docs/perf-log/).
 OWN_STAGES = 3
 
 
@@ -325,11 +324,10 @@ def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int, rows_per
 
     A merge program waits on a chain of dependent loads (its own keys' slots, their K and V,
     then its partials), so with many programs a call takes several rounds of that latency. One
-    program over several KV heads reads their rows in the same loads. On an H200 (Llama-3-8B
-    heads: 4 query heads of 128 per KV head, whole calls): with 256 queries, 4 KV heads per
-    program took 3.5-9.5% less time than one and 8 no less than 4; with 64 queries or fewer,
-    grouping ranged from 2% faster to 30% slower (BENCHMARKS.md). Larger rows per program than
-    measured there (more query heads per KV head, wider heads) group fewer KV heads, so a
+    program over several KV heads reads their rows in the same loads. With Llama-3-8B heads (4
+    query heads of 128 per KV head) and many queries, 4 KV heads per program measured faster
+    than one and 8 no faster than 4; with few queries grouping was sometimes much slower
+    (docs/perf-log/). Larger rows per program than measured there (more query heads per KV head, wider heads) group fewer KV heads, so a
     program never holds more partial rows in flight than that.
     """
     most = num_kv_heads & -num_kv_heads
@@ -413,7 +411,7 @@ def run_work(
     if side is not None:
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     # Streams are switched with set_stream: the torch.cuda.stream context asks CUDA for the
-    # device count twice per entry (about 0.1 ms on an H200 host, per layer of an eager forward).
+    # device count twice per entry, a host cost paid per layer of an eager forward.
     try:
         for i, tc in enumerate(work.classes):
             if side is not None and i == 1:

@@ -60,7 +60,7 @@ def add_rms_norm(
 
 def rope_heads(rows: int) -> int:
     """Heads per rotary program: one (the most programs in flight) for a few rows; from 128 rows
-    on, four, whose angles are computed once for them all (faster there on an H200)."""
+    on, four, whose angles are computed once for them all (measured faster there)."""
     return 4 if rows >= 128 else 1
 
 

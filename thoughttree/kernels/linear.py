@@ -1,23 +1,22 @@
 """Projections of a few token rows: one pass over the weight, one program per block of outputs.
 
 A decode step multiplies a handful of rows by every weight of the model, so each projection is a
-read of its weight and little else. On an H200, cuBLAS reads an 8B model's short projections
-(q/k/v, attention output) at 58-78% of the copy rate, and splits the attention output and MLP down
-over K with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through a
-software pipeline and writes its outputs once: decode steps of 8-32 rows took 3-7% less time
-than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton"). The MLP's gate and up
+read of its weight and little else. cuBLAS reads an 8B model's short projections (q/k/v,
+attention output) well below the copy rate, and splits the attention output and MLP down over K
+with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through
+a software pipeline and writes its outputs once, which measured faster than cuBLAS for decode
+steps of 8-32 rows (``benchmarks/few_rows.py``; docs/perf-log/). The MLP's gate and up
 projections can share programs (``gated``): each program then holds matching gate and up outputs
-and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output
-(1.1-1.4% less per step at 8-32 rows). Likewise the q/k/v projection's programs take the two
+and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output.
+Likewise the q/k/v projection's programs take the two
 halves of a head's rotary pairs in turn and rotate and store them in their epilogue
-(:func:`few_rows_rope_store`: no ``rope_store`` launch, 1.1-1.6% less per step). The
+(:func:`few_rows_rope_store`: no ``rope_store`` launch). The
 attention output and MLP down projections add the residual stream in their epilogue and leave
 the next RMSNorm to the projection after them (:func:`few_rows_add_norm`, :class:`NormedRows`):
 a norm needs a whole row, which no program holds, so each program writes its columns' sums of
 squares and the next projection scales its float32 product by each row's RMS (no
-``add_rms_norm`` launch, 1.5-2.0% less per step). On GPUs that launch a kernel behind another,
-those two and the q/k/v projection start while the kernel before them finishes (0.5-1.6% less
-per step; see :func:`_launch`).
+``add_rms_norm`` launch). On GPUs that launch a kernel behind another, those two and the q/k/v
+projection start while the kernel before them finishes (see :func:`_launch`).
 References: ``linear_reference`` in :mod:`reference`, then ``silu_mul_reference`` where gated,
 ``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue, ``add_rms_norm_reference``
 and ``normed_linear_reference`` for the norm.
@@ -38,7 +37,7 @@ from .fused import add_rms_norm, rope_store, rotate_halves, silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
 ROW_LIMIT = 64  # the most rows the kernel takes at all
-# Fewest output blocks (programs) it takes: one program per block cannot fill an H200's 132 SMs
+# Fewest output blocks (programs) it takes: one program per block cannot fill a 132-SM GPU
 # with fewer, where cuBLAS splits K. Measured on weights of 96 to 2004 blocks; narrower ones (a
 # small model's) stay with cuBLAS.
 MIN_PROGRAMS = 96
@@ -66,7 +65,7 @@ WIDE = Tiling(block_n=64, block_k=128, stages=4, swap=True)
 def tiling(n_out: int) -> Tiling | None:
     """The tiling for a weight of ``n_out`` rows, None where too few programs fill the GPU.
 
-    Measured on an H200 with Llama-3-8B's projections at 8-32 rows: 64-row blocks for the wide
+    Measured with Llama-3-8B's projections at 8-32 rows: 64-row blocks for the wide
     ones (q/k/v, gate/up, LM head), 32-row blocks where 64 would leave SMs idle (attention
     output, MLP down).
     """
@@ -383,10 +382,9 @@ def _launch(tile: Tiling, t: int, x: torch.Tensor, dependent: bool | None = Fals
 
     dependent: a programmatic dependent launch (None: where the device can). Its programs start
     while the kernel before it finishes and wait for its end before reading x; each lets the
-    kernel after it launch as it starts. On an H200, decode steps of 8-32 rows took 0.5-1.6% less
-    with the q/k/v, attention output and MLP down projections launched so; the gate/up projection
-    and the LM head too made 8-row steps 5% slower (BENCHMARKS.md), so :func:`few_rows_linear`
-    never is."""
+    kernel after it launch as it starts. Decode steps measured faster with the q/k/v, attention
+    output and MLP down projections launched so, and slower with the gate/up projection and the
+    LM head too (docs/perf-log/), so :func:`few_rows_linear` never is."""
     block_m = max(16, triton.next_power_of_2(t))
     if dependent is None:
         dependent = dependent_launch(x.device)
@@ -471,7 +469,7 @@ def few_rows_rope_store(
 ) -> torch.Tensor:
     """``fused.rope_store`` of the q/k/v projection ``few_rows_linear(x, weight, bias, tile)`` in one
     launch: the projection's epilogue rotates and stores, rounding where the two kernels round
-    (on an H200 some values land one rounding step from theirs: the compiled kernels differ).
+    (on a GPU some values land one rounding step from theirs: the compiled kernels differ).
 
     Args:
         x: [T <= ROW_LIMIT, K]; weight: [(num_heads + 2 * num_kv_heads) * D, K], the query heads'

@@ -4,7 +4,7 @@ The tile shapes a layout can take, how many programs of each one SM holds (from 
 memory and registers the compiled kernels take), and a small launch-time model of a rough H200
 by which :mod:`workplan` chooses each class's chunk size, folds launches too small to fill a
 round into narrower ones, and gives a wide launch its share of the SMs beside narrower ones.
-Only which choice is faster matters to the model; BENCHMARKS.md has the measurements behind
+Only which choice is faster matters to the model; docs/perf-log/ has the measurements behind
 its constants.
 """
 
@@ -28,8 +28,8 @@ def tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles
     d = _padded(head_dim)
     # Five stages: each K/V tile's address comes from a slot-id load, and Triton's sm_90 pipeline
     # overlaps that chain with the tile's math only from five stages on. 32-key tiles for the
-    # 16-row class, whose items are mostly short nodes and tails. Measured on an H200 against
-    # three stages and 64-key tiles (BENCHMARKS.md): 9-21% faster on every workload.
+    # 16-row class, whose items are mostly short nodes and tails: faster than three stages and
+    # 64-key tiles on every workload of the kernel benchmark (docs/perf-log/).
     if d <= 128:
         shapes = [(16, 32, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5)]
     else:
@@ -46,7 +46,7 @@ def tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles
 
 SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
 # Shared memory bytes and registers per thread the partial kernel takes with each default tile
-# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for an H200. (On Hopper
+# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for sm_90. (On Hopper
 # the 64- and 128-row classes run deft_ws's kernels instead, which fit as many programs per SM:
 # 114,748 bytes and 8 warps, 163,928 bytes and 12 warps, of 128 registers.)
 TILE_NEEDS = MappingProxyType({(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)})
@@ -71,8 +71,8 @@ def shape_arrays(group: int, head_dim: int, max_block_m: int | None, tiles: tupl
 
 def sequence_tiles(head_dim: int) -> tuple[tuple[int, int, int, int], ...] | None:
     """Per-sequence items are whole paths, long and one query each: 64-key tiles at three stages
-    measured fastest for them on an H200 (the 32-key, five-stage tiles the DeFT planner gives
-    short leaves and tails were up to 22% slower on long paths)."""
+    measured fastest for them (the 32-key, five-stage tiles the DeFT planner gives short leaves
+    and tails were slower on long paths)."""
     return ((16, 64, 4, 3), (64, 64, 4, 3)) if head_dim <= 128 else None
 
 
@@ -117,19 +117,18 @@ SM_TENSOR = 2.6e3  # FLOP per ns the attention tiles of one SM sustain (half its
 STREAM_NS = 8.0  # ns per key for a lone program to stream one KV head's K and V
 START_NS = 1000.0  # a program's start-up: its item, query and slot-id loads before the first tile
 # Memory-bound launches (a full round's K and V at the copy rate outlast its tensor-core work)
-# took 1.6-1.9x the model's time on an H200 (16-row leaves of three trees, each launch timed
-# alone); their estimates are scaled by this to order a call's launches.
+# take longer than the model says (16-row leaves of three trees, each launch timed alone); their
+# estimates are scaled by this fitted factor to order a call's launches.
 MEMORY_BOUND_SLOWDOWN = 1.8
 # ns per key (one KV head's K and V) a narrow launch's programs take on an SM of their own while
-# a wide launch runs beside them; fitted on an H200 to prompt-and-leaves trees (BENCHMARKS.md).
+# a wide launch runs beside them; fitted to prompt-and-leaves trees (docs/perf-log/).
 FREE_SM_KEY_NS = 9.3
 # The share of an SM a narrow launch gets in the slot beside each program of a wide one (fitted
 # on the same trees).
 NEXT_TO_WIDE = 0.065
 # No split where the narrow launches' SM-time is more than this share of the wide one's: there
 # they are long leaves whose K and V reads set the call's time, and SMs taken from the wide
-# launch only lengthen it (on an H200, 64 leaves of 1000 keys beside an 8k prompt: 130.3 µs
-# split against 104.4).
+# launch only lengthen it (measured on 64 leaves of 1000 keys beside an 8k prompt).
 NARROW_SHARE = 0.5
 
 
@@ -209,9 +208,8 @@ def round_chunks(
     is longer, plus a start-up; a last round smaller than a full one puts fewer programs on each
     SM, and each gets a larger share of its tensor cores; partials cost their writes and the
     merge's reads. Ties go to fewer, longer items. Half a round is one program per SM for the
-    64-row class (two per SM): on an H200 a 16k prompt's 16 decode queries took 34.6 µs per
-    call in 128 programs of 1024 keys against 40.5 in 256 of 512 (half the partials for the
-    merge; BENCHMARKS.md).
+    64-row class (two per SM): half the partials for the merge, which measured faster on a long
+    prompt's decode queries than a whole round (docs/perf-log/).
 
     cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
     key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
@@ -254,9 +252,8 @@ def wide_split(
     over p SMs against theirs, B, over the sms - p SMs it leaves free plus NEXT_TO_WIDE of an SM
     beside each of its programs: A / p = B / (sms - p + NEXT_TO_WIDE * p). SM-time is keys times
     ``sm_key_ns`` (for narrow classes at least FREE_SM_KEY_NS). Not where B is more than
-    NARROW_SHARE of A. The split's wide launch goes first. On an H200, a 20k prompt's 50 query
-    rows beside 50 leaves of 400 keys: 72.3 µs in 14 items per KV head against 87.0 in 16; a
-    4k prompt beside its children's 64-row launch: 4-14% faster too (BENCHMARKS.md).
+    NARROW_SHARE of A. The split's wide launch goes first (measured on prompt-and-leaves trees,
+    docs/perf-log/).
     ``forced`` sizes the wide class for that many SMs wherever other launches share the call.
 
     cls, keys, items: [N] per shared node: tile class, keys times query blocks, items per KV head.
@@ -297,8 +294,8 @@ def fewer_launches(
     reads already.
 
     Such a launch is latency-bound: it costs more on its own than the narrower tiles' extra
-    reads of its nodes (on an H200, a 1.1k-key prompt's 40 query rows in 16-row tiles next to its
-    ten 1000-key leaves: 29 µs against 38 µs in a launch of their own).
+    reads of its nodes (as a short prompt's few query rows in 16-row tiles next to its long
+    leaves measured).
     cls, queries, lengths: [N] per node; per_block, fewest, slots: [K] per class.
     """
     present = np.bincount(cls, minlength=len(slots)) > 0

@@ -63,10 +63,9 @@ class WorkConfig:
     folds.
     fold_tail: the same for a decode run's tails (:mod:`decode_work`), by the most a tail may grow
     in the run. The merge reads a tail while the partial launch runs, so it folds longer ranges
-    than ``fold_own``: on an H200, runs of 256 and 512 tokens per branch took 3-7% less per step
-    with their tails read by the merge than as tail items wherever 16 or more branches shared a
-    4k-16k prompt (within 1% with 8 branches), and runs of 1024 tokens took up to 5% more
-    (BENCHMARKS.md). 0 never folds.
+    than ``fold_own``: runs of a few hundred tokens per branch measured faster with their tails
+    read by the merge than as tail items wherever many branches shared a long prompt, and runs of
+    1024 tokens slower (docs/perf-log/, tree-decode). 0 never folds.
     fold_unshared: a node (chain) that only one query sees, and of at most ``fold_own`` keys, counts as
     short too (a leaf of one branch gains nothing from a partial item of its own).
     fold_launches: a launch of short shared nodes beside another launch (not one of an SM per
@@ -78,9 +77,9 @@ class WorkConfig:
     (the default) takes the small block when every own range of the plan fits in it. Decode
     graphs, whose tails grow from step to step, always take the large one.
     wide_tiles: (query rows, keys) a node needs for tiles of more than 64 rows; smaller nodes
-    use 64-row tiles, whose four warps leave room for more resident programs. Measured on an
-    H200 with launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each
-    node's keys read by half as many blocks), and lose on short nodes (too few programs).
+    use 64-row tiles, whose four warps leave room for more resident programs. Measured with
+    launches sized by rounds: 128-row tiles win from 128 rows and 4096 keys (each node's keys
+    read by half as many blocks), and lose on short nodes (too few programs).
     chains: a path of nodes that the same queries see (each the only child of the one above it
     with queries below it, its slots stored right after that one's) is chunked as one node,
     however short its nodes, so how a prompt is cut into nodes does not change a call's work: a
@@ -107,8 +106,8 @@ class WorkConfig:
     wide_sms: int | None = None
     tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
-    # all in flight together). On an H200, 4 was 1-5% faster than 1 on nine of the ten
-    # benchmark trees and on decode steps; 16 was slower.
+    # all in flight together). 4 measured faster than 1 on nearly every benchmark tree and on
+    # decode steps; 16 was slower.
     merge_block: int = 4
     # KV heads per merge program (a power of two; fewer where the model has fewer): None picks
     # per call from its query rows (deft.merge_heads).
@@ -122,8 +121,8 @@ class WorkConfig:
     # follows one stream's partial launch (one tile class, or ``side_by_side=False``).
     early_merge: bool = True
     # On Hopper GPUs (compute capability 9.x) with head dim 128, the 64- and 128-row tile classes
-    # run the warp-specialised kernel of :mod:`deft_ws` (the same partials, bitwise; with 128
-    # rows 11-21% faster per launch on an H200). False keeps the Triton tiles everywhere.
+    # run the warp-specialised kernel of :mod:`deft_ws` (the same partials, bitwise; faster per
+    # launch, most with 128 rows). False keeps the Triton tiles everywhere.
     warp_specialized: bool = True
 
     @property
@@ -217,10 +216,9 @@ def _short_launches(
     query's own keys stay within ``fold_own`` and the folded nodes' reads (keys times queries)
     are at most the other launches' (keys times query blocks). Not beside a launch whose
     programs each take an SM (the 128-row tiles): there a narrow launch runs in the slot left
-    next to each of them. On an H200, decode runs of a 2k prompt's 8 children of 128 tokens, 4
-    branches each, took 4.0% less per step, and of a 1k prompt's 32 children of 32 tokens, 2
-    branches each, 5.7% less; beside a 4k prompt's 128-row launch, 0.3% and 1.0% more
-    (BENCHMARKS.md). A launch keeps its items if one of its nodes has own queries that see a
+    next to each of them. Search steps (a prompt's children, a few branches each) measured
+    faster folded, and slower beside a long prompt's 128-row launch (docs/perf-log/,
+    tree-decode). A launch keeps its items if one of its nodes has own queries that see a
     causal prefix of it (a prefill's: the rule was measured on decode steps), or, without
     ``fold_unshared``, if only one query sees one of its nodes.
 
@@ -502,13 +500,10 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
             w_cost, w_fewest, w_align = (a[mine] for a in chunk_args)
             chunk[mine] = chunk_sizes(w_cost, w_fewest, n_len[mine], work[mine].sum() * num_kv_heads / sms, w_align, np.floor)
             nchunks = -(-n_len // chunk)
-        # The longest launch first: the programs of the others fill the SMs it leaves or frees
-        # (on an H200, a 32k prompt's 128-row launch first and its 32 leaves' 16-row launch
-        # second: 72.5 µs against 79.2 in the other order). But a launch of more programs than
-        # the GPU holds at once goes last: launched first, its waiting programs take every slot
-        # that frees, and the other launch's programs start only as it drains (an H200, 100
-        # leaves of 400 keys in 800 16-row programs beside an 8k prompt: 89.0 µs after the
-        # prompt's launch against 110.0 before it; BENCHMARKS.md).
+        # The longest launch first: the programs of the others fill the SMs it leaves or frees.
+        # But a launch of more programs than the GPU holds at once goes last: launched first, its
+        # waiting programs take every slot that frees, and the other launch's programs start only
+        # as it drains. Both orders were measured on prompt-and-leaves trees (docs/perf-log/).
         programs = np.bincount(cls, weights=nchunks * blocks, minlength=len(shapes)) * num_kv_heads
         keys = (-launch_ns, programs > model.slots)
         if wide is not None:  # a split's wide launch before the rest

@@ -169,9 +169,9 @@ class Engine:
         # How decode runs size their attention work. Their graphs launch tile classes in shape
         # order (narrowest first), and a wide launch sized to leave SMs to the others was measured
         # launched first only, so decode runs keep it sized for every SM (wide_sms=0). A node seen
-        # by 128 query rows (32 branches of a Llama-3-8B) takes 64-row tiles (wide_tiles): on an
-        # H200 its steps took 0.2-2.2% less time with 4k-16k prompts; from 192 rows the 128-row
-        # tiles were within 1% either way, so they keep them (BENCHMARKS.md).
+        # by 128 query rows (32 branches of a Llama-3-8B) takes 64-row tiles (wide_tiles), which
+        # measured faster there; from 192 rows the 128-row tiles measured no different, so they
+        # keep them (docs/perf-log/).
         self.decode_work_config = WorkConfig(wide_sms=0, wide_tiles=(129, 4096))
 
     @property

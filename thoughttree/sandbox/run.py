@@ -243,7 +243,7 @@ def run_tests(
     compiled, and runs the program as ``python -I`` would: the same streams, exit status,
     traceback, thread wait and exit handlers. Its tests share the driver's hash seed and the
     standard modules it imported. ``fresh_interpreter=True`` starts a new interpreter for every
-    test instead (about 8-11 ms more per test on the machines of BENCHMARKS.md).
+    test instead (slower: an interpreter start per test; BENCHMARKS.md, sandbox section).
 
     ``isolation`` is ``"bwrap"`` (bubblewrap, the ``bwrap`` executable) or, by name only,
     ``"none-unsafe"``; see :mod:`thoughttree.sandbox.isolation`. Raises
