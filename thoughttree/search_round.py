@@ -164,7 +164,8 @@ class RoundRunner:
         (None when the task keeps duplicates)."""
         if not getattr(self.task.config, "dedupe", True):
             return None
-        return {self.task.dedupe_key(self.problem, parent, c.text) for c in parent.children if c.alive and id(c) not in skip}
+        return {self.task.dedupe_key(self.problem, parent,
+                                     c.text) for c in parent.children if c.alive and id(c) not in skip}
 
     def _rejection(self, parent: Node, text: str, seen: set[Hashable] | None) -> str | None:
         """Why a child ``text`` under ``parent`` is rejected: "invalid", or "duplicate" when its

@@ -48,7 +48,8 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=Path, metavar="RUN.json",
                    help="continue a stopped run from its run file (written to --output, default the same file)")
     p.add_argument("--samples", type=at_least(1),
-                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else {DEFAULT_SAMPLES})")
+                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else "
+                        f"{DEFAULT_SAMPLES})")
     p.add_argument("--width", type=at_least(1), help="beam width (default 4)")
     p.add_argument("--iterations", type=at_least(1), help="MCTS iterations (default 32)")
     p.add_argument("--max-tokens", type=at_least(1), default=512, help="tokens per program (default 512)")
@@ -162,7 +163,8 @@ def run_apps(args: argparse.Namespace) -> int:
                     args.tensor_parallel, args.collective_timeout)
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
-    split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
+    bundled = args.data == apps.BUNDLED
+    split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if bundled else f"APPS from {args.data}"
     meta = {"task": "apps", "data": split, "difficulty": args.difficulty, "start": args.start, "end": args.end,
             "method": asdict(method), "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples shown in each statement, else its first test "

@@ -109,7 +109,8 @@ class Game24Run:
         if m == "dfs":
             return task, DFS(samples=self.samples, depth=3, threshold=0.5, evaluations=self.evaluations)
         if m == "beam":
-            return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3, evaluations=self.evaluations)
+            return task, Beam(width=self.width, samples=self.samples, score="value", max_steps=3,
+                              evaluations=self.evaluations)
         return task, MCTS(iterations=self.iterations, samples=self.samples, max_depth=3, evaluations=self.evaluations,
                           rule=self.rule)
 

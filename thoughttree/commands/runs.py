@@ -202,7 +202,8 @@ def run_stats(args: argparse.Namespace) -> int:
         known = [t for t in times if t is not None]
         split = [h for h in halves if h is not None]
         total_halves = (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
-        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None, total_halves)))
+        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None,
+                                                          total_halves)))
     console = Console()
     console.print(_stats_table(one_line(str(args.run_file), 200), rows, console))
     if run.meta or run.totals:
@@ -238,8 +239,9 @@ def run_export(args: argparse.Namespace) -> int:
         try:
             text = json.dumps(tree_to_dict(tree), indent=1, sort_keys=True, allow_nan=False) + "\n"
         except ValueError as exc:  # NaN in a node's metadata: readable here, not valid JSON
-            raise CliError(f"{args.run_file}: the tree holds a value JSON cannot write ({exc}); "
-                           "export it as graphml or dot") from None
+            raise CliError(
+                f"{args.run_file}: the tree holds a value JSON cannot write ({exc}); export it as graphml or dot"
+            ) from None
     if args.output is None:
         sys.stdout.write(text)
         return 0

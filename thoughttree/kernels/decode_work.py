@@ -84,7 +84,15 @@ def decode_work(
     inv_perm = np.empty(q, dtype=np.int64)
     inv_perm[shared.q_perm] = np.arange(q)
     # Node -1: the window already ends at the newest token, so no own-node masking.
-    tail = item_rows(len(rows), base + rows * tail_cap + starts, np.clip(lengths[rows] - starts, 0, TAIL_PIECE), 0, -1, inv_perm[rows], 1)
+    tail = item_rows(
+        len(rows),
+        base + rows * tail_cap + starts,
+        np.clip(lengths[rows] - starts, 0, TAIL_PIECE),
+        0,
+        -1,
+        inv_perm[rows],
+        1,
+    )
     n_shared = len(shared.items)
     tail_base = base + np.arange(q) * tail_cap
     own_start, own_len = shared.own_start.copy(), shared.own_len.copy()

@@ -127,17 +127,22 @@ def _partial_kernel(
         # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
         # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
         ok = tile < kv_len
-        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh,
+                        stride_vp, stride_vs, stride_vh, FLAT, OFF32)
         ok1 = tile + BLOCK_N < kv_len
         k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT, OFF32)
         v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT, OFF32)
         for n0 in range(0, kv_len, BLOCK_N):
             ok1 = n0 + BLOCK_N + tile < kv_len
-            k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
-            v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
+            k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :],
+                             other=0.0)
+            v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :],
+                             other=0.0)
             ok2 = n0 + 2 * BLOCK_N + tile < kv_len
-            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT, OFF32)
-            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT, OFF32)
+            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT,
+                             OFF32)
+            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT,
+                             OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, True)
             k = k_next
             v = v_next
@@ -147,7 +152,8 @@ def _partial_kernel(
         whole = tl.min(tl.where(row_ok, lim, kv_len), axis=0)
         for n0 in range(0, kv_len, BLOCK_N):
             ok = n0 + tile < kv_len
-            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks,
+                            stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, n0 + BLOCK_N > whole)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -237,7 +243,8 @@ def _merge_kernel(
             n = tl.sum(tl.where(ranges == i, own_lens, 0), axis=0)
             for n0 in tl.range(0, n, BLOCK_K, num_stages=OWN_STAGES):
                 ok = n0 + key < n
-                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp,
+                                stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
                 s = tl.where(mine & ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
                 m2, l2, acc2 = _softmax_step(s, v, m2, l2, acc2, scale_log2)
         if OWN_ROWS > R:  # the rows of the query heads
@@ -267,7 +274,8 @@ def _merge_kernel(
             row_j = tl.sum(tl.where(pick, prow, 0), axis=0)
             w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [R]
             ok_j = g_ok & (r * 0 + i + j < last)
-            o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :], other=0.0)
+            o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :],
+                        other=0.0)
             acc += o * w_j[:, None]
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
@@ -293,7 +301,8 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             "(use backend='reference' for float32)"
         )
     if not (q.device == k_cache.device == v_cache.device):
-        raise ValueError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device}, {v_cache.device}")
+        raise ValueError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device}, "
+                         f"{v_cache.device}")
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("the head dimension of q, k_cache and v_cache must be contiguous (stride 1)")
     if q.shape[2] < 16:
@@ -327,8 +336,9 @@ def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int, rows_per
     program over several KV heads reads their rows in the same loads. With Llama-3-8B heads (4
     query heads of 128 per KV head) and many queries, 4 KV heads per program measured faster
     than one and 8 no faster than 4; with few queries grouping was sometimes much slower
-    (docs/perf-log/). Larger rows per program than measured there (more query heads per KV head, wider heads) group fewer KV heads, so a
-    program never holds more partial rows in flight than that.
+    (docs/perf-log/). Larger rows per program than measured there (more query heads per KV head,
+    wider heads) group fewer KV heads, so a program never holds more partial rows in flight than
+    that.
     """
     most = num_kv_heads & -num_kv_heads
     if asked is not None:
@@ -441,7 +451,8 @@ def run_work(
     return out
 
 
-def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int,
+              config: WorkConfig | None = None) -> WorkPlan:
     """The plan's DeFT work items and workspaces for this head layout, built once and cached."""
     cfg = config or WorkConfig()
     key = ("deft", num_q_heads, num_kv_heads, head_dim, cfg)
@@ -450,7 +461,9 @@ def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
     return plan.backend_data[key]
 
 
-def per_sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+def per_sequence_work(
+    plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None
+) -> WorkPlan:
     """The plan's per-sequence (flash-decoding) work items and workspaces, built once and cached."""
     cfg = config or WorkConfig()
     key = ("per_sequence", num_q_heads, num_kv_heads, head_dim, cfg)

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
+)
 from triton.language.extra.cuda import gdc_launch_dependents
 
 if TYPE_CHECKING:
@@ -236,7 +238,8 @@ def _partition(args, ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: g
      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles) = args
     if ROLE == NC:
         _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, kv_len, h, page_size,
-                  stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT, PW)
+                  stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT,
+                  PW)
     else:
         _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
                   q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, stride_qt, stride_qh, n_tiles,

@@ -111,7 +111,8 @@ def _start_behind():
 @triton.jit
 def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr):
+             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr,
+             BLOCK_S: tl.constexpr):
     """x[:t] @ W[offs_n].T (+ B[offs_n]) in float32, [BLOCK_M, BLOCK_N]: all of K, one weight pass.
 
     NORMED: each row's product is first scaled by 1 / sqrt(mean square + eps), the row's sum of
@@ -123,7 +124,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
     m_ok = offs_m < t
     if NORMED:
         p = tl.arange(0, BLOCK_S)
-        squares = tl.load(SUMS + p[:, None] * stride_s + offs_m[None, :], mask=(p < n_sums)[:, None] & m_ok[None, :], other=0.0)
+        squares = tl.load(SUMS + p[:, None] * stride_s + offs_m[None, :], mask=(p < n_sums)[:, None] & m_ok[None, :],
+                          other=0.0)
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -131,7 +133,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
     for k0 in tl.range(0, n_in, BLOCK_K, num_stages=STAGES):
         k = k0 + offs_k
         k_ok = k < n_in
-        w = tl.load(W + offs_n[:, None].to(tl.int64) * stride_w + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(W + offs_n[:, None].to(tl.int64) * stride_w + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                    other=0.0)
         x = tl.load(X + offs_m[:, None] * stride_x + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         if SWAP:
             acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)
@@ -148,7 +151,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
 
 @triton.jit(do_not_specialize=["t"])
 def _few_rows_kernel(
-    X, W, B, OUT, RES, NORM_W, RES_OUT, SUMS_OUT, t, n_in, n_out, stride_x, stride_w, stride_o, stride_r, stride_ro, stride_so,
+    X, W, B, OUT, RES, NORM_W, RES_OUT, SUMS_OUT, t, n_in, n_out, stride_x, stride_w, stride_o, stride_r, stride_ro,
+    stride_so,
     SUMS, n_sums, stride_s, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
@@ -179,7 +183,8 @@ def _few_rows_kernel(
         g, u = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
         cols = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         out = _silu_gate(g, u, dt)
-        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(dt), mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
+        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(dt),
+                 mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
     elif ADD_NORM:
         # The residual stream: the rounded projection plus the residual, rounded (as add_rms_norm
         # adds); then its rows' squares over this program's columns, and the rows times the
@@ -294,8 +299,8 @@ def _operand(x: Rows) -> tuple[torch.Tensor, dict]:
 
 
 def _check_sums(name: str, x: torch.Tensor, row_sums: torch.Tensor | None) -> None:
-    if row_sums is not None and (row_sums.dim() != 2 or row_sums.shape[1] != x.shape[0] or row_sums.dtype != torch.float32
-                                 or row_sums.stride(1) != 1):
+    if row_sums is not None and (row_sums.dim() != 2 or row_sums.shape[1] != x.shape[0]
+                                 or row_sums.dtype != torch.float32 or row_sums.stride(1) != 1):
         raise ValueError(f"{name}: row_sums must be float32 [P, {x.shape[0]}] with unit stride along the rows, "
                          f"got {row_sums.dtype} {tuple(row_sums.shape)}")
 
@@ -310,7 +315,8 @@ def _norm_args(row_sums: torch.Tensor | None, x: torch.Tensor, eps: float) -> tu
 
 
 def few_rows_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *,
+    gated: bool = False,
     row_sums: torch.Tensor | None = None, eps: float = 0.0,
 ) -> torch.Tensor:
     """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
@@ -360,9 +366,10 @@ def few_rows_add_norm(
     _check_projection("few_rows_add_norm", x, weight, bias)
     t, n_in = x.shape
     n_out = weight.shape[0]
-    if residual.shape != (t, n_out) or residual.dtype != x.dtype or residual.stride(1) != 1 or norm_weight.shape != (n_out,):
-        raise ValueError(f"few_rows_add_norm: residual {tuple(residual.shape)} ({residual.dtype}, unit stride along N) and "
-                         f"norm weight {tuple(norm_weight.shape)} must fit [{t}, {n_out}] in {x.dtype}")
+    if (residual.shape != (t, n_out) or residual.dtype != x.dtype or residual.stride(1) != 1
+            or norm_weight.shape != (n_out,)):
+        raise ValueError(f"few_rows_add_norm: residual {tuple(residual.shape)} ({residual.dtype}, unit stride along N) "
+                         f"and norm weight {tuple(norm_weight.shape)} must fit [{t}, {n_out}] in {x.dtype}")
     programs = triton.cdiv(n_out, tile.block_n)
     weighted = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
     h = torch.empty_like(weighted)
@@ -411,7 +418,8 @@ def linear(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_
     return F.linear(_dense(x), weight, bias) if tile is None else few_rows_linear(rows, weight, bias, tile, **norm)
 
 
-def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                    max_rows: int = MAX_ROWS) -> torch.Tensor:
     """``silu_mul(F.linear(x, weight, bias))`` (weight [2I, K], gate rows then up rows -> [T, I]),
     in one launch of the few-row kernel where :func:`linear` would take it."""
     rows, norm = _operand(x)
@@ -487,13 +495,15 @@ def few_rows_rope_store(
     if misfit is not None:
         raise ValueError(f"few_rows_rope_store: {misfit}")
     if inv_freq.shape != (d // 2,):
-        raise ValueError(f"few_rows_rope_store: inv_freq {tuple(inv_freq.shape)} must hold {d // 2} frequencies (half the head dim)")
+        raise ValueError(f"few_rows_rope_store: inv_freq {tuple(inv_freq.shape)} must hold {d // 2} "
+                         "frequencies (half the head dim)")
     _check_projection("few_rows_rope_store", x, weight, bias)
     _check_sums("few_rows_rope_store", x, row_sums)
     if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
             or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype):
-        raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
-                         f"{tuple(k_cache.shape)} (one dtype) must fit {t} rows of {num_kv_heads} KV heads of {d}")
+        raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} "
+                         f"and caches {tuple(k_cache.shape)} (one dtype) must fit {t} rows of {num_kv_heads} "
+                         f"KV heads of {d}")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("few_rows_rope_store: the head dimension of the caches must be contiguous")
     q = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
@@ -501,10 +511,13 @@ def few_rows_rope_store(
         return q
     norm, normed = _norm_args(row_sums, x, eps)
     _qkv_rope_kernel[(weight.shape[0] // tile.block_n,)](
-        x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots, k_cache.shape[1],
+        x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots,
+        k_cache.shape[1],
         t, n_in, x.stride(0), weight.stride(0), q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), *norm,
-        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x, dependent), **normed, HAS_BIAS=bias is not None,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), *norm,
+        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x, dependent), **normed,
+        HAS_BIAS=bias is not None,
     )
     return q
 
@@ -533,7 +546,8 @@ def linear_rope_store(
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
     tile = _tile(rows, weight, max_rows)
     if tile is not None and _rope_misfit(weight.shape[0], num_heads, num_kv_heads, tile) is None:
-        return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile,
+        return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads,
+                                   num_kv_heads, tile,
                                    **norm, dependent=dependent)
     q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
     return rope_store(q.view(t, num_heads, d), k.view(t, num_kv_heads, d), v.view(t, num_kv_heads, d),

@@ -208,12 +208,15 @@ def plan_tree_attention(
     bad = ((par < -1) | (par >= np.arange(n))).nonzero()[0]
     if len(bad):
         i = int(bad[0])
-        raise ValueError(f"node {i} has parent {int(par[i])}; a parent must be -1 or an earlier node (order nodes parents first)")
+        raise ValueError(f"node {i} has parent {int(par[i])}; a parent must be -1 or an earlier node (order nodes "
+                         "parents first)")
     lengths, slots = _flatten_slots(node_slots, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     lengths.cumsum(out=offsets[1:])
     if len(slots) and slots.view(np.uint64).max() >= 2**31:  # one pass: a negative id reads as huge
-        raise ValueError(f"KV slot ids must be in [0, 2^31) (the kernels index int32), got [{slots.min()}, {slots.max()}]")
+        raise ValueError(
+            f"KV slot ids must be in [0, 2^31) (the kernels index int32), got [{slots.min()}, {slots.max()}]"
+        )
     qn = _int_array(query_nodes, "query_nodes")
     if len(qn) and (qn.min() < 0 or qn.max() >= n):
         raise ValueError(f"query_nodes must index the {n} nodes; got values in [{qn.min()}, {qn.max()}]")

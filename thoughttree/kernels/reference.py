@@ -112,7 +112,9 @@ def add_rms_norm_reference(
     return rms_norm_reference(total, weight, eps), total
 
 
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, 1, D] of each position's rotary angles, in ``dtype``."""
     freqs = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)

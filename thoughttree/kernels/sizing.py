@@ -23,7 +23,8 @@ def _padded(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def tile_shapes(group: int, head_dim: int, max_block_m: int | None = None, tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
+def tile_shapes(group: int, head_dim: int, max_block_m: int | None = None,
+                tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
     """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
     d = _padded(head_dim)
     # Five stages: each K/V tile's address comes from a slot-id load, and Triton's sm_90 pipeline
@@ -49,7 +50,8 @@ SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H1
 # (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for sm_90. (On Hopper
 # the 64- and 128-row classes run deft_ws's kernels instead, which fit as many programs per SM:
 # 114,748 bytes and 8 warps, 163,928 bytes and 12 warps, of 128 registers.)
-TILE_NEEDS = MappingProxyType({(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194), (128, 64, 8, 5): (131584, 175)})
+TILE_NEEDS = MappingProxyType({(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194),
+                               (128, 64, 8, 5): (131584, 175)})
 
 
 @functools.cache
@@ -61,7 +63,9 @@ def _device_limits(index: int) -> tuple[int, int, int]:
 
 
 @functools.cache
-def shape_arrays(group: int, head_dim: int, max_block_m: int | None, tiles: tuple | None) -> tuple[list, np.ndarray, np.ndarray]:
+def shape_arrays(
+    group: int, head_dim: int, max_block_m: int | None, tiles: tuple | None
+) -> tuple[list, np.ndarray, np.ndarray]:
     """:func:`tile_shapes` with its block_m and block_n columns as arrays, built once per layout."""
     shapes = tile_shapes(group, head_dim, max_block_m, tiles)
     bm_of, bn_of = np.array([s[0] for s in shapes]), np.array([s[1] for s in shapes])
@@ -285,7 +289,8 @@ def _scaled_eye(k: int, scale: float) -> np.ndarray:
 
 
 def fewer_launches(
-    cls: np.ndarray, queries: np.ndarray, lengths: np.ndarray, per_block: np.ndarray, fewest: np.ndarray, slots: np.ndarray,
+    cls: np.ndarray, queries: np.ndarray, lengths: np.ndarray, per_block: np.ndarray, fewest: np.ndarray,
+    slots: np.ndarray,
     num_kv_heads: int,
 ) -> np.ndarray:
     """Tile class per node, after folding each launch that could not fill one round of its
@@ -315,7 +320,8 @@ def fewer_launches(
 
 
 def chunk_sizes(
-    cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float | np.ndarray, align: np.ndarray,
+    cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float | np.ndarray,
+    align: np.ndarray,
     rounding=np.ceil,
 ) -> np.ndarray:
     """Tokens per chunk so every item costs about ``target`` (at most, with ``rounding=np.floor``

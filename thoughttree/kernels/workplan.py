@@ -134,7 +134,8 @@ class WorkConfig:
                     early_merge=self.early_merge, warp_specialized=self.warp_specialized)
 
     def __post_init__(self) -> None:
-        if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m, *self.rounds)):
+        if any(x is not None and x <= 0 for x in (self.waves, self.num_sms, self.min_chunk, self.max_block_m,
+                                                  *self.rounds)):
             raise ValueError(f"waves, num_sms, min_chunk, max_block_m and rounds must be positive, got {self}")
         if not self.rounds or list(self.rounds) != sorted(set(self.rounds)):
             raise ValueError(f"rounds must be increasing and not empty, got {self.rounds}")
@@ -148,7 +149,8 @@ class WorkConfig:
         if self.own_block is not None and self.own_block not in OWN_BLOCKS:
             raise ValueError(f"own_block must be one of {OWN_BLOCKS} or None, got {self.own_block}")
         if min(self.small_node, self.fold_own, self.fold_tail, *self.wide_tiles, self.wide_sms or 0) < 0:
-            raise ValueError(f"small_node, fold_own, fold_tail, wide_tiles and wide_sms must be non-negative, got {self}")
+            raise ValueError(f"small_node, fold_own, fold_tail, wide_tiles and wide_sms must be non-negative, got "
+                             f"{self}")
 
 
 @dataclass(frozen=True)
@@ -479,11 +481,13 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         cls = fewer_launches(cls, n_queries, n_len, bm_of // group, fewest, model.slots, num_kv_heads)
     own_paths = None  # each query's path through the nodes its merge reads, when already walked
     if cfg.fold_launches:
-        folded = _short_launches(plan, small, chain_of, nodes, cls, n_len, n_queries, bm_of // group, model.slots > model.sms, cfg)
+        folded = _short_launches(plan, small, chain_of, nodes, cls, n_len, n_queries, bm_of // group,
+                                 model.slots > model.sms, cfg)
         if folded is not None:
             fold, own_paths = folded
             small |= _members(chain_of, nodes[fold])
-            nodes, n_len, n_queries, cls, above, first = (a[~fold] for a in (nodes, n_len, n_queries, cls, above, first))
+            nodes, n_len, n_queries, cls, above, first = (a[~fold] for a in (nodes, n_len, n_queries, cls, above,
+                                                                             first))
     per_block = bm_of[cls] // group  # queries per tile
     blocks = -(-n_queries // per_block)
     cost = tile_cost(bm_of[cls])
@@ -498,7 +502,8 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
             w, sms = wide
             mine = cls == w
             w_cost, w_fewest, w_align = (a[mine] for a in chunk_args)
-            chunk[mine] = chunk_sizes(w_cost, w_fewest, n_len[mine], work[mine].sum() * num_kv_heads / sms, w_align, np.floor)
+            chunk[mine] = chunk_sizes(w_cost, w_fewest, n_len[mine], work[mine].sum() * num_kv_heads / sms, w_align,
+                                      np.floor)
             nchunks = -(-n_len // chunk)
         # The longest launch first: the programs of the others fill the SMs it leaves or frees.
         # But a launch of more programs than the GPU holds at once goes last: launched first, its
@@ -580,7 +585,9 @@ def _own_work(
     inv_perm = np.empty_like(q_perm)
     inv_perm[q_perm] = np.arange(len(q_perm))
     # No own-node masking (node -1): the path list already stops at query_visible.
-    items = item_rows(len(who), len(plan.slots) + own_offsets[who] + start, np.minimum(OWN_PIECE, own_len[who] - start), 0, -1, inv_perm[who], 1)
+    items = item_rows(len(who), len(plan.slots) + own_offsets[who] + start, np.minimum(OWN_PIECE,
+                                                                                       own_len[who] - start), 0, -1,
+                                                                                       inv_perm[who], 1)
     return own_slots, items, own_start, fold_len
 
 
@@ -603,7 +610,16 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
     t0 = concat_ranges(0, nsplits) * chunk[q]
     items = item_rows(len(q), offsets[q] + t0, np.minimum(chunk[q], lengths[q] - t0), t0, -1, q, 1)
     ident = np.arange(nq)
-    return layout(nq, flat, items, np.zeros(len(q), dtype=np.int64), [(bm, bn, warps, stages)], ident, plan.query_nodes, plan.query_visible)
+    return layout(
+        nq,
+        flat,
+        items,
+        np.zeros(len(q), dtype=np.int64),
+        [(bm, bn, warps, stages)],
+        ident,
+        plan.query_nodes,
+        plan.query_visible,
+    )
 
 
 def tree_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> WorkPlan:

@@ -6,4 +6,14 @@ from .kv_tree import KVTree, Segment
 from .lm import LM
 from .model_config import SUPPORTED, ModelConfig, ModelLoadError
 
-__all__ = ["EngineStats", "KVPool", "KVPoolExhausted", "KVTree", "LM", "ModelConfig", "ModelLoadError", "SUPPORTED", "Segment"]
+__all__ = [
+    "EngineStats",
+    "KVPool",
+    "KVPoolExhausted",
+    "KVTree",
+    "LM",
+    "ModelConfig",
+    "ModelLoadError",
+    "SUPPORTED",
+    "Segment",
+]

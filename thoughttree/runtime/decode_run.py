@@ -32,7 +32,9 @@ class DecodeRun:
     """Fixed-buffer decode steps for ``requests`` (the engine's request numbers ``ids``), whose
     generated segments are ``tails``."""
 
-    def __init__(self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment]) -> None:
+    def __init__(
+        self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment]
+    ) -> None:
         self.engine, self.requests, self.tails = engine, list(requests), list(tails)
         self.ids = list(ids)
         self.row_of = {i: row for row, i in enumerate(ids)}
@@ -54,10 +56,18 @@ class DecodeRun:
         )
         tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
         work = decode_work(
-            plan, [t.slot_array for t in self.tails], tail_cap, engine.model.num_heads, engine.model.num_kv_heads, cfg.head_dim,
-            engine.decode_work_config, share=engine.attention == "deft",
+            plan,
+            [t.slot_array for t in self.tails],
+            tail_cap,
+            engine.model.num_heads,
+            engine.model.num_kv_heads,
+            cfg.head_dim,
+            engine.decode_work_config,
+            share=engine.attention == "deft",
         )
-        self.arena = engine.arena_for(Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes)
+        self.arena = engine.arena_for(
+            Capacity.needed(work, len(self.requests), len(work.host.shapes)), work.host.shapes
+        )
         self.arena.load(work, len(self.requests))
         params = [r.sampling for r in self.requests]
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
@@ -122,8 +132,13 @@ class DecodeRun:
         stats.unique_tokens += self.shared_tokens + grown
         stats.note_graphs(self.arena, held)
         if self.filtered:
-            packed = sample_packed(logits[:r].float(), [q.sampling for q in self.requests], [q.seed for q in self.requests],
-                                   inputs[3].tolist(), fused=True)
+            packed = sample_packed(
+                logits[:r].float(),
+                [q.sampling for q in self.requests],
+                [q.seed for q in self.requests],
+                inputs[3].tolist(),
+                fused=True,
+            )
             self.arena.sampled[:r] = packed
         return self.arena.publish()
 

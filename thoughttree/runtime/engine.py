@@ -97,7 +97,8 @@ class _Ends:
         for r in requests:
             sp = r.sampling
             if id(sp) not in maps:
-                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos, "eos"))
+                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos,
+                                                                                                                "eos"))
         self.on_token = [maps[id(r.sampling)] for r in requests]
         self.stops = [r.sampling.stop for r in requests]
 
@@ -283,12 +284,19 @@ class Engine:
         if same and old.shapes == shapes and old.cap.holds(need):
             return old
         # Row buffers are a few KB: room up front for the largest graphed forward (up to 1024 rows).
-        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None, min(self.runtime.graph_max_rows, 1024))
+        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None,
+                         min(self.runtime.graph_max_rows, 1024))
         self.arena = None  # drop the old graphs before capturing new ones
         self.arena = DecodeArena(
-            self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,
+            self.model,
+            self.kv.pool,
+            cap,
+            shapes,
+            attention=self.attention,
+            config=cfg,
             graphs=self.runtime.cuda_graphs and self.model.device.type == "cuda",
-            max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed,
+            max_graph_rows=self.runtime.graph_max_rows,
+            warmed=self._warmed,
         )
         self.stats.note_graphs(self.arena)  # the old graphs are gone, whether or not the next step captures
         return self.arena
@@ -304,7 +312,9 @@ class Engine:
         """
         for r in requests:
             if r.parent.end >= self.max_context:
-                raise ValueError(f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}")
+                raise ValueError(
+                    f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}"
+                )
         ends = _Ends(requests, self.eos, self.max_context)
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
@@ -315,7 +325,9 @@ class Engine:
             # computes the missing KV (a prompt's prefill) and step 0's logits.
             if not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
                 logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
-                packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
+                packed = sample_packed(
+                    logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused
+                )
                 draw = unpack(packed)
                 self._take(still, draw.tokens, draw.logprobs, outs)
                 still = self._still_active(still, outs, ends)
@@ -338,7 +350,9 @@ class Engine:
             out.text = self.detokenize(out.tokens)
         return outs
 
-    def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends) -> None:
+    def _decode_fast(
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends
+    ) -> None:
         """Decode steps on fixed buffers, from the first, each launched before the host reads the
         draws of the one before.
 
@@ -375,7 +389,12 @@ class Engine:
         self.kv.append_each(segs, [PLACEHOLDER] * len(segs))
 
     def _take(
-        self, rows: list[int], tokens: list[int], logprobs: list[float], outs: list[Decoded], placed: AbstractSet[int] = frozenset()
+        self,
+        rows: list[int],
+        tokens: list[int],
+        logprobs: list[float],
+        outs: list[Decoded],
+        placed: AbstractSet[int] = frozenset(),
     ) -> None:
         """Record one drawn token per request of ``rows``; those in ``placed`` already hold a placeholder for it."""
         fresh = [(outs[i].segment, token) for i, token in zip(rows, tokens) if i not in placed]

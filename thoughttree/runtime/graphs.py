@@ -129,7 +129,8 @@ class DecodeArena:
          own_start, own_len, self.tail_fold) = (self.meta[a : a + n] for a, n in zip(self._starts, self._sizes))
         self.own_len = own_len.view(OWN_RANGES, r)
         self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
-        self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
+        self.tail_base, self.tail_items = tail_base, tail_items
+        self.tail_rows, self.tail_starts = tail_rows, tail_starts
         # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
         # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
         classes, first = [], 0
@@ -166,7 +167,8 @@ class DecodeArena:
         self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
         self._host_out = list(torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned))
         self._host_out_np = [t.numpy() for t in self._host_out]
-        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0, 1)}  # padding rows' inputs
+        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0,
+                                                                                           1)}  # padding rows' inputs
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
         # The device's index for its current stream: torch.cuda.current_stream() without one asks
         # CUDA for the device count on every call, a host cost paid per step.
@@ -181,7 +183,8 @@ class DecodeArena:
     @property
     def buffer_bytes(self) -> int:
         w = self.work
-        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse))
+        return sum(t.numel() * t.element_size() for t in (self.meta, self.step_in, self.sampled, w.partial_o,
+                                                          w.partial_lse))
 
     def load(self, work: DecodeWork, rows: int) -> None:
         """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""

@@ -206,13 +206,15 @@ class LM:
         return self.engine.stats
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
+        return list(self.tokenizer(text, add_special_tokens=add_bos,
+                                   verbose=False)["input_ids"])  # lengths: _check_context
 
     def encode_batch(self, texts: Sequence[str], *, add_bos: bool = True) -> list[list[int]]:
         """:meth:`encode` of many texts in one tokenizer call (about half the cost per text)."""
         if not texts:
             return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_bos, verbose=False)["input_ids"]]
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_bos,
+                                                    verbose=False)["input_ids"]]
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self._detokenize(tokens)
@@ -245,7 +247,8 @@ class LM:
             )
         bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]
         if len(bad):
-            raise ValueError(f"{what} has token ids outside the vocabulary of {self.config.vocab_size}: {bad[:5].tolist()}")
+            raise ValueError(f"{what} has token ids outside the vocabulary of {self.config.vocab_size}: "
+                             f"{bad[:5].tolist()}")
         return ids.tolist()
 
     # -- tree backend ----------------------------------------------------------------------------
@@ -311,12 +314,16 @@ class LM:
         )
 
     # -- scratch work ----------------------------------------------------------------------------
-    def complete(self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+    def complete(
+        self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
         """One continuation per prompt (fresh roots; shared prefixes stored once), all batched; KV freed after."""
         if len(seeds) != len(prompts):
             raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")
         token_lists = self._encode_each(prompts, add_bos=True)
-        return self._scratch([(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds)
+        return self._scratch(
+            [(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds
+        )
 
     def complete_from(
         self, nodes: Sequence[Node], suffixes: Sequence[str], sampling: Sampling, seeds: Sequence[int]
@@ -338,7 +345,9 @@ class LM:
         encoded = dict(zip(unique, self.encode_batch(unique, add_bos=add_bos)))
         return [list(encoded[t]) if isinstance(t, str) else list(t) for t in texts]
 
-    def _scratch(self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+    def _scratch(
+        self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
         tails: list[Segment] = []
         try:
             for parent, tokens in items:

@@ -499,11 +499,14 @@ def main() -> None:
     runner = os.path.join(HERE, "call.py")
     checks = request["checks"]
     if request["fresh"] or any(checks):  # a forked test would hold the checks' sources in its memory
-        argv = [sys.executable, "-I", program] if fn_name is None else [sys.executable, "-I", runner, program, fn_name, str(VALUE_FD)]
+        argv = [sys.executable, "-I", program] if fn_name is None else [sys.executable, "-I", runner, program, fn_name,
+                                                                        str(VALUE_FD)]
         child = exec_child(argv)
     else:
         child = script_child(code, program) if fn_name is None else call_child(code, program, fn_name)
-    server = exec_child([sys.executable, "-I", runner, program, fn_name, str(VALUE_FD), "serve"]) if any(checks) else None
+    server = (
+        exec_child([sys.executable, "-I", runner, program, fn_name, str(VALUE_FD), "serve"]) if any(checks) else None
+    )
     for index, (given, source) in enumerate(zip(request["inputs"], checks)):
         if source is not None:
             emit({"i": index, **check_test(server, source, request)})

@@ -14,8 +14,8 @@ descent that ends on a finished node backs its value up again without model work
 
 UCT:  Q + c * sqrt(ln N_parent / N)
 PUCT: Q + c * P * sqrt(N_parent) / (1 + N), P = softmax over siblings of each child's per-token
-log-probability / prior_temperature (the LM's prior; for proposed children, their proposal's). Q = W / N scaled into [0, 1] by the
-evaluator's bounds when they are finite.
+log-probability / prior_temperature (the LM's prior; for proposed children, their proposal's).
+Q = W / N scaled into [0, 1] by the evaluator's bounds when they are finite.
 """
 
 from __future__ import annotations

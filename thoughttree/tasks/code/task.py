@@ -144,7 +144,8 @@ class PublicTests:
     def bounds(self) -> tuple[float, float]:
         return (0.0, 1.0)
 
-    def evaluate(self, lm: Any, key: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None) -> list[float]:
+    def evaluate(self, lm: Any, key: Any, nodes: Sequence[Node], *, seed: int,
+                 samples: int | None = None) -> list[float]:
         k = 1 if samples is None else samples
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"PublicTests: samples must be an integer >= 1, got {samples!r}")
