@@ -7,7 +7,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's 128 + signal number
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's 128 + signal number
 
 
 class Interrupts:

@@ -187,8 +187,8 @@ class SearchResult:
             raise RunFileError(f"{where} has {len(run.problems)} problems; index {index} is out of range")
         entry = run.problems[index]
         tree = tree_from_dict(entry["tree"], lm)
-        res = entry.get("result")
-        missing = [k for k in _RESULT_FIELDS if k not in (res or {})]
+        res = entry.get("result") or {}
+        missing = [k for k in _RESULT_FIELDS if k not in res]
         if missing:
             raise RunFileError(f"{where}: problem {index} holds no search result (result.{missing[0]} is missing); "
                                "load files written by thoughttree.search or a thoughttree task command")

@@ -88,6 +88,7 @@ class RoundRunner:
             if not idx:
                 continue
             group = [nodes[i] for i in idx]
+            results: Sequence[list[Node] | None]
             if kind is Sample:
                 self._materialize(group)
                 results = self.tree.expand(group, n=n, sampling=sampling)
@@ -117,22 +118,23 @@ class RoundRunner:
             if room is not None and room <= 0 and texts:  # no room left for any of them: not expanded
                 kept.append(None)
                 continue
-            kept.append([])
+            mine: list[tuple[str, dict[str, Any]]] = []
+            kept.append(mine)
             seen = self._sibling_keys(node)
             for text, meta in texts:
                 if room is not None and room <= 0:
                     break
                 if self._rejection(node, text, seen) is not None:
                     continue
-                kept[-1].append((text, meta))
+                mine.append((text, meta))
                 room = None if room is None else room - 1
         tokens = iter(self.lm.encode_batch([text for texts in kept if texts for text, _ in texts], add_bos=False))
         out: list[list[Node] | None] = []
-        for node, texts in zip(nodes, kept):
-            if texts is None:
+        for node, chosen in zip(nodes, kept):
+            if chosen is None:
                 out.append(None)
                 continue
-            kids = [self.tree.add_child(node, next(tokens), text, metadata=dict(meta)) for text, meta in texts]
+            kids = [self.tree.add_child(node, next(tokens), text, metadata=dict(meta)) for text, meta in chosen]
             if kids and node.status is Status.OPEN:
                 node.status = Status.EXPANDED
             out.append(kids)

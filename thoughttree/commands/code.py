@@ -254,6 +254,7 @@ def run_check_program(args: argparse.Namespace) -> int:
         for col in ("test", "set", "status", "seconds", "stderr"):
             table.add_column(col)
         for r in rows:
-            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}", r["stderr"][-80:])
+            table.add_row(str(r["test"]), str(r["set"]), str(r["status"]), f"{r['seconds']:.3f}",
+                          str(r["stderr"])[-80:])
         Console().print(table)
     return 0 if passed == len(rows) else TESTS_FAILED

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from ..config import Sampling
 from ..search import SearchError, search
 from ..search_result import SearchResult, Statistics
-from ..strategies import MCTS, Beam, BestOfN, StrategyBase
+from ..strategies import MCTS, Beam, BestOfN, Strategy
 from ..tasks.apps.metrics import Scored, summarize
 from ..tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k
 from ..tree import ThoughtTree, TreeError, derive_seed
@@ -55,12 +55,12 @@ class CodeSearch:
 
     def task_config(self) -> CodeConfig:
         program = Sampling(max_tokens=self.max_tokens, temperature=self.temperature)
-        line = Sampling(max_tokens=min(self.max_tokens, 128), temperature=self.temperature, stop="\n")
+        line = Sampling(max_tokens=min(self.max_tokens, 128), temperature=self.temperature, stop=("\n",))
         unit = "program" if self.method in ("io", "bon") else "line"
         return CodeConfig(unit=unit, sampling=program, line_sampling=line, rollout=program, max_lines=self.max_lines,
                           dedupe=self.method != "io", public_tests=self.method != "io")
 
-    def strategy(self) -> StrategyBase:
+    def strategy(self) -> Strategy:
         if self.method in ("io", "bon"):
             return BestOfN(n=self.samples)
         if self.method == "beam":

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
 from ..search import Budget, SearchError, search
 from ..search_result import SEARCH_FORMAT_VERSION
-from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, StrategyBase
-from ..tasks.base import Task
+from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, Strategy
+from ..tasks.base import Propose, Task
 from ..tasks.evaluate import LogProb
 from ..tasks.game24.arith import check_answer, format_numbers
 from ..tasks.game24.puzzles import NUM_PUZZLES, is_held_out, load_puzzles
@@ -96,12 +96,13 @@ class Game24Run:
         table = load_puzzles()
         return [(i, format_numbers(table[i])) for i in range(self.start, self.end)]
 
-    def task_and_strategy(self) -> tuple[Task, StrategyBase]:
+    def task_and_strategy(self) -> tuple[Task, Strategy]:
         m = self.method
         if m in ("io", "cot"):
             return Game24Direct(Game24DirectConfig(style=m, prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
         if m == "bon":
             return _LogProbCot(Game24DirectConfig(style="cot", prompts=self.prompts, dedupe=False)), BestOfN(n=self.k)
+        assert self.value is not None and self.evaluations is not None  # set in __post_init__
         task = Game24(Game24Config(prompts=self.prompts, value=self.value, value_samples=self.evaluations,
                                    lookahead_samples=self.evaluations))
         if m == "bfs":
@@ -142,7 +143,9 @@ def check_prompts_fit(lm: Any, run: Game24Run) -> None:
         prompts = {"prompt": task.prompt(text)}
         if isinstance(task, Game24):
             root = ThoughtTree(prompt=[0]).root
-            prompts["proposal prompt"] = task.request(text, root).prompt
+            request = task.request(text, root)
+            if isinstance(request, Propose):
+                prompts["proposal prompt"] = request.prompt
         for what, prompt in prompts.items():
             size = len(lm.encode(prompt, add_bos=True) if isinstance(prompt, str) else prompt)
             if size >= lm.max_context:

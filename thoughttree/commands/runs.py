@@ -74,10 +74,11 @@ def _round_seconds(result: Any) -> tuple[float, float] | None:
     rounds = stats.get("per_round") if isinstance(stats, dict) else None
     if not isinstance(rounds, list) or not rounds:
         return None
-    values = [(_seconds(r, "expand_seconds"), _seconds(r, "evaluate_seconds")) for r in rounds]
-    if any(v is None for pair in values for v in pair):
+    expand = [_seconds(r, "expand_seconds") for r in rounds]
+    evaluate = [_seconds(r, "evaluate_seconds") for r in rounds]
+    if any(v is None for v in expand) or any(v is None for v in evaluate):
         return None
-    return sum(a for a, _ in values), sum(b for _, b in values)
+    return sum(v for v in expand if v is not None), sum(v for v in evaluate if v is not None)
 
 
 # -- show ----------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def run_show(args: argparse.Namespace) -> int:
         title = f"problem {i}"
         if entry.get("problem") is not None:
             title += f": {one_line(str(entry['problem']), 60)}"
-        result = entry.get("result") if isinstance(entry.get("result"), dict) else {}
+        result: dict[str, Any] = entry["result"] if isinstance(entry.get("result"), dict) else {}
         if result.get("stopped") == "interrupted":
             title += " (interrupted: the tree so far)"
         elif result.get("error"):

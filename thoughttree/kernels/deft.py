@@ -418,7 +418,7 @@ def run_work(
     # The merge launches early only right behind one partial launch on its own stream: with
     # nothing before it but the step's other kernels, it would read keys they still write.
     early = merge and work.early_merge and side is None and bool(work.classes) and dependent_launch(q.device)
-    if side is not None:
+    if side is not None and main is not None:  # a side stream only on CUDA, where main is the current one
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     # Streams are switched with set_stream: the torch.cuda.stream context asks CUDA for the
     # device count twice per entry, a host cost paid per layer of an eager forward.
@@ -428,9 +428,9 @@ def run_work(
                 torch.cuda.set_stream(side)
             _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, off32, early)
     finally:
-        if side is not None:
+        if side is not None and main is not None:
             torch.cuda.set_stream(main)
-    if side is not None:
+    if side is not None and main is not None:
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
         return out

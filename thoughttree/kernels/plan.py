@@ -44,7 +44,7 @@ class TreePlan:
     query_visible: np.ndarray
     page_size: int
     device: torch.device
-    backend_data: dict[str, Any] = field(default_factory=dict, repr=False)
+    backend_data: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def num_nodes(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -126,7 +127,7 @@ class WorkConfig:
     warp_specialized: bool = True
 
     @property
-    def launch(self) -> dict[str, int | bool]:
+    def launch(self) -> dict[str, Any]:
         """The settings a launch reads, apart from how work is sized, by :class:`WorkPlan` field
         name (merge_block, merge_heads, side_by_side, early_merge, warp_specialized). Work planned
         under configs that differ only in sizing launches alike."""
@@ -510,7 +511,7 @@ def tree_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim
         # waiting programs take every slot that frees, and the other launch's programs start only
         # as it drains. Both orders were measured on prompt-and-leaves trees (docs/perf-log/).
         programs = np.bincount(cls, weights=nchunks * blocks, minlength=len(shapes)) * num_kv_heads
-        keys = (-launch_ns, programs > model.slots)
+        keys: tuple[np.ndarray, ...] = (-launch_ns, programs > model.slots)
         if wide is not None:  # a split's wide launch before the rest
             keys += (np.arange(len(shapes)) != wide[0],)
         launch_order = tuple(np.lexsort(keys).tolist())

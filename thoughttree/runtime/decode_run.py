@@ -71,9 +71,9 @@ class DecodeRun:
         self.arena.load(work, len(self.requests))
         params = [r.sampling for r in self.requests]
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
-        r = len(self.requests)
-        self.arena.temperature[:r] = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-        self.arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
+        rows = len(self.requests)
+        self.arena.temperature[:rows] = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+        self.arena.seeds[:rows] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
         self.shared_tokens = sum(len(s.tokens) for s in order)
         self.parent_tokens = sum(r.parent.end for r in self.requests)
         stats = engine.stats

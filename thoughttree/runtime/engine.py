@@ -188,8 +188,8 @@ class Engine:
         """
         order: list[Segment] = []
         index: dict[int, int] = {}
-        for seg in [t[0] for t in targets] + list(extra):
-            for s in seg.path():
+        for target in [t[0] for t in targets] + list(extra):
+            for s in target.path():
                 if s.id not in index:
                     index[s.id] = len(order)
                     order.append(s)
@@ -209,22 +209,23 @@ class Engine:
         first = np.cumsum(counts) - counts  # each segment's first row
         seg = np.repeat(np.arange(len(order)), counts)
         offset = np.arange(num_write) - first[seg] + written[seg]  # each row's token within its segment
-        extra: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
+        recomputed: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
         target_rows = []
         for s, j in targets:
             i = index[s.id]
             if j >= written[i]:
                 target_rows.append(int(first[i] + j - written[i]))
                 continue
-            if (i, j) not in extra:  # already has KV: recompute the row for its logits only
-                extra[(i, j)] = len(tokens)
+            if (i, j) not in recomputed:  # already has KV: recompute the row for its logits only
+                recomputed[(i, j)] = len(tokens)
                 tokens.append(s.tokens[j])
                 slots.append(-1)
-            target_rows.append(extra[(i, j)])
+            target_rows.append(recomputed[(i, j)])
         if not tokens:
             return torch.empty(0, self.model.cfg.vocab_size)
-        nodes = np.concatenate([seg, np.fromiter((i for i, _ in extra), dtype=np.int64, count=len(extra))])
-        offset = np.concatenate([offset, np.fromiter((j for _, j in extra), dtype=np.int64, count=len(extra))])
+        n_re = len(recomputed)
+        nodes = np.concatenate([seg, np.fromiter((i for i, _ in recomputed), dtype=np.int64, count=n_re)])
+        offset = np.concatenate([offset, np.fromiter((j for _, j in recomputed), dtype=np.int64, count=n_re)])
         visible, positions = offset + 1, starts[nodes] + offset
         prefill = int(counts[[not s.generated for s in order]].sum())
         plan = plan_tree_attention(
@@ -280,14 +281,14 @@ class Engine:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config
-        same = old is not None and old.attention == self.attention and old.launch == cfg.launch
-        if same and old.shapes == shapes and old.cap.holds(need):
+        if (old is not None and old.attention == self.attention and old.launch == cfg.launch
+                and old.shapes == shapes and old.cap.holds(need)):
             return old
         # Row buffers are a few KB: room up front for the largest graphed forward (up to 1024 rows).
         cap = need.grown(old.cap if old is not None and old.shapes == shapes else None,
                          min(self.runtime.graph_max_rows, 1024))
         self.arena = None  # drop the old graphs before capturing new ones
-        self.arena = DecodeArena(
+        arena = self.arena = DecodeArena(
             self.model,
             self.kv.pool,
             cap,
@@ -298,8 +299,8 @@ class Engine:
             max_graph_rows=self.runtime.graph_max_rows,
             warmed=self._warmed,
         )
-        self.stats.note_graphs(self.arena)  # the old graphs are gone, whether or not the next step captures
-        return self.arena
+        self.stats.note_graphs(arena)  # the old graphs are gone, whether or not the next step captures
+        return arena
 
     @_on_model_device
     def decode(self, requests: Sequence[DecodeRequest]) -> list[Decoded]:
@@ -370,6 +371,7 @@ class Engine:
                     run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
+            assert run is not None  # a step is queued only once a run exists
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None

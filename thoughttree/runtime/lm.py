@@ -46,6 +46,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: tor
         if capability < (8, 0):
             raise ValueError(f"bfloat16 needs a GPU of compute capability 8.0 or newer; {device} has "
                              f"{capability[0]}.{capability[1]}: load the model in float16 (dtype=, --dtype)")
+    assert resolved is not None  # checked against _DTYPES above
     return resolved
 
 
@@ -237,7 +238,7 @@ class LM:
             raise TypeError(f"{what} must hold token ids (whole numbers), got {tokens!r:.80}")
         return ids
 
-    def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
+    def _check_tokens(self, tokens: Sequence[int] | np.ndarray, what: str) -> list[int]:
         ids = np.fromiter(tokens, dtype=np.int64, count=len(tokens))  # one pass in C (paths run to 100k tokens)
         if not len(ids):
             raise ValueError(f"{what} is empty; give at least one token")
@@ -354,6 +355,7 @@ class LM:
                 if tokens:
                     tails.append(self.kv.insert(parent, tokens))
                 else:
+                    assert parent is not None  # an empty continuation has a parent to decode from
                     self.kv.retain(parent)
                     tails.append(parent)
             outs = self.engine.decode([DecodeRequest(t, sampling, s) for t, s in zip(tails, seeds)])

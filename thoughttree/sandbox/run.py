@@ -3,19 +3,20 @@ record arrives."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import threading
 from dataclasses import asdict
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 from .check import Check
 from .compare import outputs_match, values_match
 from .isolation import Launch, SandboxUnavailable, launch
 from .limits import Limits
-from .result import TestResult, excerpt
+from .result import Status, TestResult, excerpt
 from .wire import WireError, decode
 
 Test = tuple[Any, Any]
@@ -24,8 +25,10 @@ PER_TEST_S = 2.0
 STOP_WAIT_S = 5.0
 ERRORS_KEEP = 1 << 16  # the end of the driver's own error output
 FULL_DISK = ("File too large", "No space left on device")  # file-size limit, scratch full
-RECORD_FIELDS = {"i": int, "exit": int, "timeout": bool, "output_limit": bool, "stdout": str, "stderr": str,
-                 "value": (str, type(None)), "time": (int, float)}
+RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "i": int, "exit": int, "timeout": bool, "output_limit": bool, "stdout": str, "stderr": str,
+    "value": (str, type(None)), "time": (int, float),
+}
 
 
 def _checked(tests: Iterable[Sequence[Any]], fn_name: str | None) -> list[Test]:
@@ -93,6 +96,8 @@ def _execute(
         )
     except OSError as err:
         raise SandboxUnavailable(f"cannot start {spec.argv[0]}: {err}") from None
+    stdin, stdout, stderr = proc.stdin, cast(io.BufferedReader, proc.stdout), cast(io.BufferedReader, proc.stderr)
+    assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
     stopping, expired = threading.Lock(), threading.Event()
     errors = bytearray()
 
@@ -106,13 +111,13 @@ def _execute(
 
     def feed() -> None:
         try:
-            proc.stdin.write(request)
-            proc.stdin.close()
+            stdin.write(request)
+            stdin.close()
         except OSError:  # the driver is gone; its end of the story is on its other pipes
             pass
 
     def collect() -> None:
-        for chunk in iter(lambda: proc.stderr.read1(1 << 16), b""):
+        for chunk in iter(lambda: stderr.read1(1 << 16), b""):
             errors.extend(chunk)
             del errors[:-ERRORS_KEEP]
 
@@ -121,7 +126,7 @@ def _execute(
     for thread in (*helpers, timer):
         thread.start()
     try:
-        for line in iter(lambda: proc.stdout.readline(line_limit), b""):
+        for line in iter(lambda: stdout.readline(line_limit), b""):
             if not on_line(line):
                 break
     finally:
@@ -129,7 +134,7 @@ def _execute(
         stop()
         for thread in helpers:
             thread.join()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        for pipe in (stdin, stdout, stderr):
             try:
                 pipe.close()
             except OSError:
@@ -193,7 +198,7 @@ def _syntax_error(line: bytes) -> str | None:
 
 def _verdict(record: dict, expected: Any, fn_name: str | None) -> TestResult:
     stdout, stderr, code = record["stdout"], record["stderr"], record["exit"]
-    status = "passed"
+    status: Status = "passed"
     if record["output_limit"] or (code != 0 and any(text in stderr for text in FULL_DISK)):
         status = "output_limit"
     elif record["timeout"] or code == -signal.SIGXCPU:  # the wall clock, or the CPU-time limit
