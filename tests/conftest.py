@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -17,6 +18,31 @@ if not torch.cuda.is_available():
 import pytest
 
 from tiny_models import ARCHS, make_model
+
+from thoughttree.sandbox import SandboxUnavailable
+
+BWRAP_HINT = "install bubblewrap with your package manager (Debian/Ubuntu: apt-get install bubblewrap, as root)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip themselves on a machine without CUDA."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test that needs the sandbox skips, naming what to install, where bubblewrap is missing."""
+    try:
+        return (yield)
+    except SandboxUnavailable as exc:
+        if shutil.which("bwrap") is None:
+            pytest.skip(f"needs bubblewrap: {BWRAP_HINT} ({exc})")
+        raise
 
 
 @pytest.fixture(scope="session", params=ARCHS)
