@@ -19,7 +19,8 @@ from .config import RuntimeConfig, Sampling
 from .search import Budget, SearchError, search
 from .search_result import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
-from .tree.render import best_path, show
+from .tree.query import best_path
+from .tree.render import show
 
 if TYPE_CHECKING:
     from .runtime import LM

@@ -321,3 +321,10 @@ def finish(outcome: RunOutcome, command: str, resume: str = "--resume") -> int:
     if message is not None:
         print(f"thoughttree {command}: {message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def model_meta(lm: Any) -> dict[str, str]:
+    """What a run file records about the model: path, device, dtype and the attention backend that ran."""
+    return {"model": str(getattr(lm, "path", "")), "device": str(getattr(lm, "device", "")),
+            "dtype": str(getattr(getattr(lm, "model", None), "dtype", "")).removeprefix("torch."),
+            "attention": str(getattr(getattr(lm, "engine", None), "attention", ""))}

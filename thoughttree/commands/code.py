@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..ranks import is_main_process
-from ..runner import Problem, Record, RunOptions, RunOutcome, finish
+from ..runner import Problem, Record, RunOptions, RunOutcome, finish, model_meta
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask, template_renderer
 from ..tree.render import show
@@ -21,7 +21,7 @@ from ..tree.serialize import RunFile, tree_from_dict
 from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
-from .model import ATTENTION, check_device, load_model, model_meta
+from .model import ATTENTION, check_device, load_model
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout

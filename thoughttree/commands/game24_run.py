@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..runner import Problem, Record, RunOptions, RunOutcome, Solve
+from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, model_meta
 from ..search import Budget, SearchError, search
 from ..search_result import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, Strategy
@@ -23,7 +23,6 @@ from ..tasks.game24.puzzles import NUM_PUZZLES, is_held_out, load_puzzles
 from ..tasks.game24.task import STYLES, VALUES, Game24, Game24Config, Game24Direct, Game24DirectConfig, as_puzzle
 from ..tree import ThoughtTree, derive_seed
 from ..tree.serialize import RunFile
-from .model import model_meta
 
 if TYPE_CHECKING:
     from ..data_parallel import Layout

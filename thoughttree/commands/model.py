@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..config import RuntimeConfig
 from ..ranks import ParallelError
@@ -78,10 +78,3 @@ def load_model(
     except ValueError as exc:  # the device, dtype and attention backend, checked before loading
         raise CliError(str(exc)) from exc
     return lm
-
-
-def model_meta(lm: Any) -> dict[str, str]:
-    """What a run file records about the model: path, device, dtype and the attention backend that ran."""
-    return {"model": str(getattr(lm, "path", "")), "device": str(getattr(lm, "device", "")),
-            "dtype": str(getattr(getattr(lm, "model", None), "dtype", "")).removeprefix("torch."),
-            "attention": str(getattr(getattr(lm, "engine", None), "attention", ""))}

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .engine import DecodeRequest, Engine
 
 
-class DecodeRun:
+class DecodeBatch:
     """Fixed-buffer decode steps for ``requests`` (the engine's request numbers ``ids``), whose
     generated segments are ``tails``."""
 

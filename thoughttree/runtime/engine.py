@@ -24,7 +24,7 @@ import torch
 from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
 from ..kernels.decode_work import decode_work
-from .decode_run import DecodeRun
+from .decode_run import DecodeBatch
 from .graphs import Capacity, DecodeArena
 from .kv_tree import KVTree, Segment
 from .model import Transformer
@@ -363,23 +363,23 @@ class Engine:
         dropped, and the KV written for its last token is correct. Requests that finish by
         length are known in advance and never get that extra step.
         """
-        run: DecodeRun | None = None
+        batch: DecodeBatch | None = None
         queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
         while queued is not None or still:
             if queued is None:
-                if run is None or not run.keeps(still):
-                    run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
-                queued = (still, run.launch(still, from_device=False))
+                if batch is None or not batch.keeps(still):
+                    batch = DecodeBatch(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                queued = (still, batch.launch(still, from_device=False))
             rows, ticket = queued
-            assert run is not None  # a step is queued only once a run exists
+            assert batch is not None  # a step is queued only once a batch exists
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None
-            if go and run.keeps(go):
+            if go and batch.keeps(go):
                 self._reserve([outs[i].segment for i in go])
-                queued = (go, run.launch(go, from_device=True))
+                queued = (go, batch.launch(go, from_device=True))
                 self.stats.overlapped_steps += 1
-            tokens, logprobs = run.collect(ticket, rows)
+            tokens, logprobs = batch.collect(ticket, rows)
             self._take(rows, tokens, logprobs, outs, placed=set(go) if queued else set())
             still = self._still_active(rows, outs, ends)
             if queued is not None:
