@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import pytest
 
-from thoughttree.runner import (
+from thoughttree.search.runner import (
     Problem,
     Record,
     RunError,

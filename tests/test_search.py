@@ -11,9 +11,9 @@ from fakes import FakeLM, ScriptConfig, ScriptTask, pick
 from rich.console import Console
 
 from thoughttree import Sampling
-from thoughttree.live import LiveView
-from thoughttree.search import Budget, SearchError, search
-from thoughttree.search_result import SearchResult, Statistics
+from thoughttree.view.live import LiveView
+from thoughttree.search.driver import Budget, SearchError, search
+from thoughttree.search.results import SearchResult, Statistics
 from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, from_dict
 from thoughttree.tasks import Sample, TaskError, ValuePrompt
 from thoughttree.tree import Status, ThoughtTree

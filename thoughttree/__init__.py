@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import strategies, tasks
 from .config import RuntimeConfig, Sampling
-from .search import Budget, SearchError, search
-from .search_result import SearchResult, Statistics
+from .search.driver import Budget, SearchError, search
+from .search.results import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
 from .tree.query import best_path
-from .tree.render import show
+from .view.render import show
 
 if TYPE_CHECKING:
     from .runtime import LM

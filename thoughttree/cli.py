@@ -23,9 +23,9 @@ from .commands.code import add_apps, add_check_program, add_humaneval
 from .commands.bench import add_bench
 from .commands.game24 import add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
-from .interrupts import EXIT_CODES
-from .runner import RunError
-from .ranks import RankFailure
+from .search.interrupts import EXIT_CODES
+from .search.runner import RunError
+from .runtime.ranks import RankFailure
 from .tree.serialize import RunFileError
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ def test_a_stopped_demo_names_the_game24_command_that_resumes_it(tmp_path, capsy
         raise KeyboardInterrupt
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("thoughttree.commands.game24_run.search", interrupted)
+    monkeypatch.setattr("thoughttree.search.game24_methods.search", interrupted)
     assert main(["demo", "--puzzles", "1", "--device", "cpu"]) == 130
     [saved] = tmp_path.glob("thoughttree-run-*.json")
     again = capsys.readouterr().err.strip().split("; continue with ")[1]
@@ -97,7 +97,7 @@ def test_a_stopped_demo_names_the_game24_command_that_resumes_it(tmp_path, capsy
 
 
 def test_given_puzzles_need_no_range(tmp_path):
-    from thoughttree.commands.game24_run import Game24Run
+    from thoughttree.search.game24_methods import Game24Run
 
     assert Game24Run(puzzles=("4 5 6 10",), end=5000).problems() == [(None, "4 5 6 10")]
 

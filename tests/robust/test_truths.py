@@ -9,8 +9,8 @@ from fakes import FakeLM, ScriptTask, pick
 
 from thoughttree.cli import main
 from thoughttree.commands.game24 import answer_line
-from thoughttree.search import SearchError, search
-from thoughttree.search_result import SearchResult
+from thoughttree.search.driver import SearchError, search
+from thoughttree.search.results import SearchResult
 from thoughttree.strategies import BFS
 from thoughttree.tree import Status, ThoughtTree, TreeError
 from thoughttree.tree.serialize import RunFile, RunFileError, load_run, tree_to_dict

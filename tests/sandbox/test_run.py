@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from thoughttree.sandbox import Check, Job, Limits, SandboxUnavailable, TestResult, run_many, run_tests
-from thoughttree.sandbox.run import _Records
+from thoughttree.sandbox.execute import _Records
 
 DOUBLE = "print(int(input()) * 2)\n"
 QUICK = Limits(time_s=2.0)

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import Sampling
-from ..live import format_stat
-from ..ranks import is_main_process
+from ..view.live import format_stat
+from ..runtime.ranks import is_main_process
 from ..tree import ThoughtTree, TreeError
 from .common import CliError, at_least
 from .model import add_model_arguments, load_model

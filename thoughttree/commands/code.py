@@ -12,19 +12,19 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..ranks import is_main_process
-from ..runner import Problem, Record, RunOptions, RunOutcome, finish, model_meta
+from ..runtime.ranks import is_main_process
+from ..search.runner import Problem, Record, RunOptions, RunOutcome, finish, model_meta
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask, template_renderer
-from ..tree.render import show
+from ..view.render import show
 from ..tree.serialize import RunFile, tree_from_dict
-from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
+from ..search.code_methods import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
 from .model import ATTENTION, check_device, load_model
 
 if TYPE_CHECKING:
-    from ..data_parallel import Layout
+    from ..search.data_parallel import Layout
     from .common import Subparsers
 
 TESTS_FAILED = 1
@@ -98,7 +98,7 @@ def _ready(args: argparse.Namespace) -> None:
 def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: argparse.Namespace, meta: dict,
          totals: Callable[[Sequence[Record]], dict[str, Any]], *, layout: Layout | None = None,
          all_samples: bool = False) -> RunOutcome:
-    from ..data_parallel import run_problem_set
+    from ..search.data_parallel import run_problem_set
 
     console = Console(quiet=not is_main_process())
     options = RunOptions(output=args.output, resume=args.resume, label=f"{meta['task']} {method.method}",

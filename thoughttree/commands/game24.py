@@ -10,17 +10,17 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..live import format_stat
-from ..ranks import is_main_process
-from ..runner import Record, RunOptions, finish, is_partial
+from ..view.live import format_stat
+from ..runtime.ranks import is_main_process
+from ..search.runner import Record, RunOptions, finish, is_partial
 from ..tasks.game24.dataset import training_roots
 from ..tasks.game24.puzzles import NUM_PUZZLES
 from ..tasks.game24.steps import make_state
 from ..tasks.game24.task import VALUES, as_puzzle
-from ..tree.render import show
+from ..view.render import show
 from ..tree.serialize import RunFile, tree_from_dict
 from .common import CliError, at_least, method_options
-from .game24_run import METHODS, Game24Run, check_prompts_fit, run_game24
+from ..search.game24_methods import METHODS, Game24Run, check_prompts_fit, run_game24
 from .launch import add_data_parallel, join_launch
 from .model import ATTENTION, add_model_arguments, is_bundled, load_model
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import RuntimeConfig
-from ..ranks import ParallelError
+from ..runtime.ranks import ParallelError
 from .common import CliError
 from .launch import add_tensor_parallel
 

@@ -15,9 +15,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..live import format_stat
+from ..view.live import format_stat
 from ..tree.export import graphml_text, to_dot
-from ..tree.render import legend, one_line, show
+from ..view.render import legend, one_line, show
 from ..tree.serialize import RunFile, RunFileError, holds_run_file, load_run, tree_from_dict, tree_to_dict
 from ..tree.summary import TreeSummary, combine, summarize
 from ..tree.node import Node

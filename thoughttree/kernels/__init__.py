@@ -1,10 +1,10 @@
 """Tree-attention kernels (torch + triton only): plan once per step, run per layer."""
 
 from .attention import BACKENDS, tree_attention
-from .plan import TreePlan, plan_tree_attention
+from .plan.tree_plan import TreePlan, plan_tree_attention
 from .reference import store_kv_reference, tree_attention_reference
 from .store import store_kv
-from .workplan import WorkConfig
+from .plan.workplan import WorkConfig
 from .deft import deft_tree_attention, per_sequence_attention
 
 __all__ = [

@@ -25,8 +25,8 @@ import triton.language as tl
 
 from . import deft_ws
 from .device import dependent_launch
-from .plan import TreePlan
-from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
+from .plan.tree_plan import TreePlan
+from .plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 

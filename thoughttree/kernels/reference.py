@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .plan import TreePlan
+from .plan.tree_plan import TreePlan
 
 
 def tree_attention_reference(

@@ -23,8 +23,8 @@ import torch
 
 from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
-from ..kernels.decode_work import decode_work
-from .decode_run import DecodeBatch
+from ..kernels.plan.decode_work import decode_work
+from .decode_batch import DecodeBatch
 from .graphs import Capacity, DecodeArena
 from .kv_tree import KVTree, Segment
 from .model import Transformer

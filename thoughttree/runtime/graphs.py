@@ -27,10 +27,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..kernels.decode_work import TAIL_PIECE, DecodeWork
+from ..kernels.plan.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
-from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
+from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
 from .kv_pool import KVPool
 from .model import Transformer
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 from .limits import Limits
 from .result import TestResult
-from .run import run_tests
+from .execute import run_tests
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The driver that runs inside the sandbox: one child process per test, under resource limits.
 
-Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.run`; it is a script, standard
+Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.execute`; it is a script, standard
 library only, never imported by the evaluator. It reads one JSON request on standard input
 (program path, test inputs, function name, limits, whether each test gets a fresh
 interpreter, and the source of any checking function), answers with JSON lines on standard

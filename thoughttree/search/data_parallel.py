@@ -34,8 +34,8 @@ from .runner import (
     Problem, Record, RunError, RunOptions, RunOutcome, Solve, Totals, build_run, load_resume, merge_runs, part_files,
     record_error, run_problems,
 )
-from .runtime.parallel import DEFAULT_TIMEOUT_S, ParallelError, RankFailure, init_distributed, local_device
-from .tree.serialize import RunFile
+from ..runtime.parallel import DEFAULT_TIMEOUT_S, ParallelError, RankFailure, init_distributed, local_device
+from ..tree.serialize import RunFile
 
 PART_KEY = "data_parallel"
 # Groups finish their shares at different times; a rank that dies is seen at once (its connections

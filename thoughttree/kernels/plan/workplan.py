@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .plan import TreePlan
+from .tree_plan import TreePlan
 from .sizing import (
     chunk_sizes,
     class_model,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..runner import Problem, Record, RunOptions, RunOutcome, Solve, model_meta
-from ..search import Budget, SearchError, search
-from ..search_result import SEARCH_FORMAT_VERSION
+from .runner import Problem, Record, RunOptions, RunOutcome, Solve, model_meta
+from .driver import Budget, SearchError, search
+from .results import SEARCH_FORMAT_VERSION
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, Strategy
 from ..tasks.base import Propose, Task
 from ..tasks.evaluate import LogProb
@@ -25,7 +25,7 @@ from ..tree import ThoughtTree, derive_seed
 from ..tree.serialize import RunFile
 
 if TYPE_CHECKING:
-    from ..data_parallel import Layout
+    from .data_parallel import Layout
 
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
@@ -204,7 +204,7 @@ def run_game24(lm: Any, run: Game24Run, options: RunOptions | None = None, *, li
                on_record: Callable[[Record, RunFile], str | None] | None = None,
                layout: Layout | None = None) -> RunOutcome:
     """Search every puzzle of ``run`` with the shared runner (split over ``layout``'s ranks when given)."""
-    from ..data_parallel import run_problem_set
+    from .data_parallel import run_problem_set
 
     options = options if options is not None else RunOptions(progress=False)
     return run_problem_set(game24_problems(run), game24_solver(lm, run, live=live), game24_meta(lm, run), options,

@@ -19,11 +19,11 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 from rich.tree import Tree
 
-from .node import Node, Status
-from .query import best_path, is_scored, node_score, one_line
+from ..tree.node import Node, Status
+from ..tree.query import best_path, is_scored, node_score, one_line
 
 if TYPE_CHECKING:
-    from .thought_tree import ThoughtTree
+    from ..tree.thought_tree import ThoughtTree
 
 MARKS: dict[Status, str] = {
     Status.SOLVED: "✓",

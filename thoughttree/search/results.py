@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tree import Node, Status, ThoughtTree
-from .tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
+from ..tree import Node, Status, ThoughtTree
+from ..tree.serialize import RunFile, RunFileError, load_run, tree_from_dict, tree_to_dict
 
 SEARCH_FORMAT_VERSION = 1
 _RESULT_FIELDS = ("answer", "best", "solutions", "stopped", "statistics")

@@ -28,10 +28,10 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .tree.render import ViewOptions, layout, legend
+from .render import ViewOptions, layout, legend
 
 if TYPE_CHECKING:
-    from .tree.thought_tree import ThoughtTree
+    from ..tree.thought_tree import ThoughtTree
 
 # Known statistics get a short label and a unit; any other key is shown under its own name.
 _LABELS: dict[str, tuple[str, str]] = {

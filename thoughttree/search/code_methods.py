@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..config import Sampling
-from ..search import SearchError, search
-from ..search_result import SearchResult, Statistics
+from .driver import SearchError, search
+from .results import SearchResult, Statistics
 from ..strategies import MCTS, Beam, BestOfN, Strategy
 from ..tasks.apps.metrics import Scored, summarize
 from ..tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k

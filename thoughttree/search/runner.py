@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .interrupts import EXIT_CODES, Interrupts
-from .tree.serialize import EntryTexts, RunFile, holds_run_file, load_run
-from .tree.validate import FieldError, check_result_data
+from ..tree.serialize import EntryTexts, RunFile, holds_run_file, load_run
+from ..tree.validate import FieldError, check_result_data
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -309,7 +309,7 @@ def run_problems(
 def _bar(total: int, options: RunOptions, console: Any) -> Any:
     if not options.progress:
         return nullcontext()
-    from .live import progress
+    from ..view.live import progress
 
     return progress(total, options.label, console=console)
 

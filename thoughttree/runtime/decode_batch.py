@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..kernels import plan_tree_attention
-from ..kernels.decode_work import decode_work
+from ..kernels.plan.decode_work import decode_work
 from .graphs import Capacity
 from .kv_tree import Segment
 from .sampler import sample_packed

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .plan import TreePlan
+from .tree_plan import TreePlan
 from .workplan import OWN_PIECE, HostWork, WorkConfig, item_rows, layout, sequence_host_work, tree_host_work
 
 TAIL_PIECE = OWN_PIECE  # most tail tokens one program reads

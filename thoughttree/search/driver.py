@@ -20,12 +20,12 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .ranks import RankFailure, is_main_process
-from .search_result import Counters, RoundStats, SearchResult, Statistics
-from .search_round import RoundRunner
-from .strategies.base import SearchContext, Strategy
-from .tasks.base import Task, TaskError, check_prompt
-from .tree import Status, ThoughtTree
+from ..runtime.ranks import RankFailure, is_main_process
+from .results import Counters, RoundStats, SearchResult, Statistics
+from .rounds import RoundRunner
+from ..strategies.base import SearchContext, Strategy
+from ..tasks.base import Task, TaskError, check_prompt
+from ..tree import Status, ThoughtTree
 
 
 # Steps without model work are fine (MCTS revisiting finished nodes) but not forever.
@@ -91,7 +91,7 @@ def search(
 
     ``tree``: continue a saved search (its seed is used; the root must be ``task.prompt(problem)``).
     ``live``: True shows the tree and statistics in the terminal while searching (a
-    ``thoughttree.live.LiveView`` may be passed instead, e.g. one with its own console); under a
+    ``thoughttree.view.live.LiveView`` may be passed instead, e.g. one with its own console); under a
     distributed launch only rank 0 draws it.
     """
     budget = Budget() if budget is None else budget
@@ -253,6 +253,6 @@ def _describe(strategy: Strategy) -> dict[str, Any]:
 
 
 def _live_view(task: Task, strategy: Strategy) -> Any:
-    from .live import LiveView  # the terminal UI pulls in rich; only load it when asked for
+    from ..view.live import LiveView  # the terminal UI pulls in rich; only load it when asked for
 
     return LiveView(title=f"{type(strategy).__name__} on {type(task).__name__}")

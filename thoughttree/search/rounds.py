@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from typing import AbstractSet, Any, Hashable, Sequence
 
-from .config import Sampling
-from .search_result import Counters, RoundStats
-from .strategies.base import Outcome, SearchContext, Step
-from .tasks.base import Propose, Sample, TaskError, check_prompt
-from .tree import Node, Status, ThoughtTree, derive_seed
+from ..config import Sampling
+from .results import Counters, RoundStats
+from ..strategies.base import Outcome, SearchContext, Step
+from ..tasks.base import Propose, Sample, TaskError, check_prompt
+from ..tree import Node, Status, ThoughtTree, derive_seed
 
 
 class RoundRunner:
