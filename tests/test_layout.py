@@ -21,6 +21,7 @@ PACKAGE = Path(tt.__file__).resolve().parent
 LAYERS = [
     "cli",
     "commands",
+    "serve",  # the HTTP server, where the package has one: above the search it runs, below the commands
     "search",
     "view",
     "strategies",
