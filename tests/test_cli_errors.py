@@ -10,6 +10,7 @@ import pytest
 
 from thoughttree.cli import main
 from thoughttree.commands.model import bundled_model_path, is_bundled
+from thoughttree.search import game24_methods
 
 
 def one_error_line(capsys, *argv: str) -> str:
@@ -88,7 +89,7 @@ def test_a_stopped_demo_names_the_game24_command_that_resumes_it(tmp_path, capsy
         raise KeyboardInterrupt
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("thoughttree.search.game24_methods.search", interrupted)
+    monkeypatch.setattr(game24_methods, "search", interrupted)
     assert main(["demo", "--puzzles", "1", "--device", "cpu"]) == 130
     [saved] = tmp_path.glob("thoughttree-run-*.json")
     again = capsys.readouterr().err.strip().split("; continue with ")[1]
