@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools demo test test-all clean
+.PHONY: setup sandbox-tools demo test test-all lint dist clean
 
 setup: $(STAMP) sandbox-tools
 
@@ -21,12 +21,13 @@ sandbox-tools:
 	    echo "note: bubblewrap (bwrap) is not installed: the code sandbox cannot run programs and its tests are skipped; install it with your package manager (Debian/Ubuntu: sudo apt-get install bubblewrap)" >&2; }
 
 # torch is pinned to the CPU build that installs from the local wheel cache; on a GPU machine
-# install your CUDA build of torch into the venv first and this step keeps it.
+# install your CUDA build of torch into the venv first and this step keeps it. The dev extra
+# brings the lint, type-check and packaging tools `make lint` runs.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,dev]"
 	touch $(STAMP)
 
 # The demo runs no generated programs, so it needs no sandbox tools.
@@ -44,5 +45,17 @@ test: setup
 test-all: setup
 	$(PYTEST)
 
+# Lint, types and the package: what CI runs before the tests.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(MAKE) --no-print-directory dist
+
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

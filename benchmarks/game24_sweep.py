@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from thoughttree.commands.game24_run import Game24Run, run_game24
+from thoughttree.search.game24_methods import Game24Run, run_game24
 from thoughttree.commands.model import load_model
 from thoughttree.tasks.game24.compare import tokens_per_sample
 from thoughttree.tasks.game24.curve_view import markdown, plot, table

@@ -39,7 +39,7 @@ from thoughttree.tasks.game24.curve_view import markdown, plot, table
 from thoughttree.tasks.game24.curves import budgets, run_curves
 from thoughttree.tasks.game24.ranges import puzzle_range
 from thoughttree.tasks.game24.compare import best_of, matching_k, pool_size, tokens_per_sample
-from thoughttree.commands.game24_run import Game24Run, run_game24
+from thoughttree.search.game24_methods import Game24Run, run_game24
 
 ROWS = (
     ("IO, best of 10 by the checker", dict(method="io", k=10)),

@@ -28,10 +28,10 @@ from rich.table import Table
 # module's own functions (as the module calls them; a function it imported is timed there).
 PIECES = [
     ("thoughttree.search", "_Run", ["loop"]),
-    ("thoughttree.search_round", "RoundRunner", ["_expand", "_evaluate"]),
+    ("thoughttree.search.rounds", "RoundRunner", ["_expand", "_evaluate"]),
     ("thoughttree.runtime.engine", "Engine", ["decode", "_decode_fast", "forward", "_forward_on_arena", "_still_active", "_reserve", "_take", "arena_for"]),
-    ("thoughttree.runtime.decode_run", "DecodeRun", ["__init__", "launch", "collect"]),
-    ("thoughttree.runtime.decode_run", None, ["plan_tree_attention", "decode_work"]),
+    ("thoughttree.runtime.decode_batch", "DecodeBatch", ["__init__", "launch", "collect"]),
+    ("thoughttree.runtime.decode_batch", None, ["plan_tree_attention", "decode_work"]),
     ("thoughttree.runtime.graphs", "DecodeArena", ["__init__", "load", "step", "forward_rows", "publish", "collect", "_capture"]),
     ("thoughttree.runtime.stops", "StopWindow", ["hits"]),
     ("thoughttree.runtime.lm", "LM", ["encode", "encode_batch", "tree_logits", "_generation"]),

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thoughttree import LM, Sampling, search
-from thoughttree.search_result import SearchResult
+from thoughttree.search.results import SearchResult
 from thoughttree.strategies import BFS, MCTS, Beam
 from thoughttree.tasks import LabelProbs, Task, TaskConfig, ValuePrompt
 

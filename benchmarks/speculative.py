@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thoughttree import LM, Sampling, Speculative, ThoughtTree, search
-from thoughttree.commands.game24_run import Game24Run
+from thoughttree.search.game24_methods import Game24Run
 from thoughttree.commands.model import load_model
 from thoughttree.tasks.game24.arith import check_answer
 from thoughttree.tasks.game24.task import as_puzzle

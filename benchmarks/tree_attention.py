@@ -42,7 +42,7 @@ from tree_workloads import DTYPE, H_KV, H_Q, HEAD_DIM, PAGE_SIZE, TREES, Workloa
 
 from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention  # noqa: E402
 from thoughttree.kernels.deft import deft_work, run_work  # noqa: E402
-from thoughttree.kernels.workplan import WorkPlan  # noqa: E402
+from thoughttree.kernels.plan.workplan import WorkPlan  # noqa: E402
 
 FLEX_BUDGET_S = 60.0  # stop compiling FlexAttention for new shapes after this much wall time
 BACKENDS = ("sdpa", "flex") + FLASHINFER_BACKENDS  # optional columns; ours and per-sequence always run

@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 
 import thoughttree as tt
-from thoughttree.search import Budget, search
+from thoughttree.search.driver import Budget, search
 from thoughttree.strategies import Step, StrategyBase
 from thoughttree.strategies.base import positive_int, sorted_by_value
 from thoughttree.tasks import Evaluator, LogProb, Task, TaskConfig

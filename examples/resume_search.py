@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import thoughttree as tt
-from thoughttree.search import Budget, SearchError, search
-from thoughttree.search_result import SearchResult
+from thoughttree.search.driver import Budget, SearchError, search
+from thoughttree.search.results import SearchResult
 from thoughttree.strategies import BFS
 from thoughttree.tasks import Evaluator, Task, TaskConfig, ValuePrompt
 from thoughttree.tree import Node

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 # Without a GPU, Triton kernels run in the interpreter. triton.jit decides at decoration time, so
@@ -14,10 +16,6 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import shutil
-
-import pytest
-
 from tiny_models import ARCHS, make_model
 
 NO_BWRAP = ("needs bubblewrap (bwrap), which is not installed here; install it to run the sandbox's tests "
@@ -25,22 +23,17 @@ NO_BWRAP = ("needs bubblewrap (bwrap), which is not installed here; install it t
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``sandbox`` run programs in bubblewrap: without it they are skipped, saying why."""
-    if shutil.which("bwrap") is not None:
-        return
+    """Tests marked ``gpu`` skip themselves where no CUDA device is visible, whatever they import;
+    tests marked ``sandbox`` run programs in bubblewrap, and without it are skipped, saying why."""
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs a CUDA device")
+    if shutil.which("bwrap") is None:
+        skips["sandbox"] = pytest.mark.skip(reason=NO_BWRAP)
     for item in items:
-        if item.get_closest_marker("sandbox") is not None:
-            item.add_marker(pytest.mark.skip(reason=NO_BWRAP))
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` skip themselves where no CUDA device is visible, whatever they import."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", params=ARCHS)

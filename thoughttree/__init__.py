@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import strategies, tasks
 from .config import RuntimeConfig, Sampling, Speculative
-from .search import Budget, SearchError, search
-from .search_result import SearchResult, Statistics
+from .search.driver import Budget, SearchError, search
+from .search.results import SearchResult, Statistics
 from .tree import Node, Status, ThoughtTree
-from .tree.render import best_path, show
+from .tree.query import best_path
+from .view.render import show
 
 if TYPE_CHECKING:
     from .runtime import LM

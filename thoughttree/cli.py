@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from . import __version__
 from .commands.common import USAGE_ERROR, CliError
 from .commands.code import add_apps, add_check_program, add_humaneval
-from .commands.game24 import add_bench, add_demo, add_game24
+from .commands.bench import add_bench
+from .commands.game24 import add_demo, add_game24
 from .commands.runs import add_export, add_show, add_stats
 from .commands.serve import add_serve
 from .commands.warmup import add_warmup
-from .interrupts import EXIT_CODES
-from .runner import RunError, unlock_run_files
-from .ranks import RankFailure
+from .runtime.ranks import RankFailure
+from .search.interrupts import EXIT_CODES
+from .search.runner import RunError, unlock_run_files
 from .tree.serialize import RunFileError
 
 if TYPE_CHECKING:

@@ -159,9 +159,10 @@ class RuntimeConfig:
 
     The KV pool holds ``num_pages`` pages of ``page_size`` tokens per layer; when ``num_pages`` is
     None it is sized from ``kv_memory_bytes`` (or, when that is None too, from a share of free
-    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most 1 GiB).
-    On CUDA the pool is sized after room for the steps' buffers, and a pool asked for that does not
-    fit beside them fails while loading (``runtime.memory.NotEnoughMemory``, a ValueError). ``attention`` picks the tree-attention backend:
+    device memory on CUDA; on the CPU, room for 128 paths of the model's full context, at most
+    1 GiB). On CUDA the pool is sized after room for the steps' buffers, and a pool asked for that
+    does not fit beside them fails while loading (``runtime.memory.NotEnoughMemory``, a
+    ValueError). ``attention`` picks the tree-attention backend:
     "auto" uses the DeFT Triton kernels on CUDA with fp16/bf16 weights and the PyTorch
     reference elsewhere; "per_sequence" runs split-KV decoding over each query's own path (the
     kernel a runtime without tree sharing would use), for comparison. On CUDA, decode steps
@@ -203,10 +204,10 @@ class RuntimeConfig:
         if self.graph_max_rows < 1:
             raise ValueError(f"graph_max_rows must be >= 1, got {self.graph_max_rows}")
         if not 0 <= self.few_row_projections <= 64:
-            raise ValueError(f"few_row_projections must be between 0 (cuBLAS for all) and 64, got {self.few_row_projections}")
+            raise ValueError(
+                f"few_row_projections must be between 0 (cuBLAS for all) and 64, got {self.few_row_projections}"
+            )
         if not self.collective_timeout_s > 0:
             raise ValueError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s!r}")
         if self.attention not in ("auto", "deft", "per_sequence", "reference"):
-            raise ValueError(
-                f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}"
-            )
+            raise ValueError(f"attention must be 'auto', 'deft', 'per_sequence' or 'reference', got {self.attention!r}")

@@ -12,10 +12,10 @@ import torch
 
 from thoughttree.kernels import WorkConfig, plan_tree_attention, tree_attention
 from thoughttree.kernels import fused, reference
-from thoughttree.kernels.decode_work import TAIL_PIECE, decode_work
+from thoughttree.kernels.plan.decode_work import TAIL_PIECE, decode_work
 from thoughttree.kernels.deft import run_work
 from thoughttree.kernels.sample import gumbel_sample
-from thoughttree.kernels.workplan import upload
+from thoughttree.kernels.plan.workplan import upload
 
 from tree_cases import assert_close_to_reference, random_cache, tree_shape
 

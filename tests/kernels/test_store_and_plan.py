@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
-from thoughttree.kernels.decode_work import TAIL_PIECE, decode_work
-from thoughttree.kernels.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
-from thoughttree.kernels.sizing import SM_LIMITS, programs_per_sm, tile_shapes
-from thoughttree.kernels.workplan import OWN_BLOCKS, WorkConfig, aligned_starts, tree_host_work, tree_work, upload_int32
+from thoughttree.kernels.plan.decode_work import TAIL_PIECE, decode_work
+from thoughttree.kernels.plan.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
+from thoughttree.kernels.plan.sizing import SM_LIMITS, programs_per_sm, tile_shapes
+from thoughttree.kernels.plan.workplan import OWN_BLOCKS, WorkConfig, aligned_starts, tree_host_work, tree_work, upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -281,7 +281,7 @@ def test_the_longest_launch_goes_first() -> None:
 
 def test_programs_per_sm_follow_shared_memory_and_registers() -> None:
     shapes = tile_shapes(4, 128)
-    # On an H200: five 16-row programs fit an SM, two 64-row ones (by shared memory and by
+    # On a Hopper SM: five 16-row programs fit an SM, two 64-row ones (by shared memory and by
     # registers), one 128-row one.
     assert [programs_per_sm(s, 128, *SM_LIMITS) for s in shapes] == [5, 2, 1]
     assert [programs_per_sm(s, 128, 100 * 1024, SM_LIMITS[1]) for s in shapes] == [2, 1, 1]  # never fewer than one

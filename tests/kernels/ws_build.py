@@ -18,7 +18,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from thoughttree.kernels import deft_ws
-from thoughttree.kernels.workplan import ITEM_FIELDS
+from thoughttree.kernels.plan.workplan import ITEM_FIELDS
 
 BUILDS = [(rows, flat, early, dtype) for rows in sorted(deft_ws.TILES) for flat, early, dtype in ((True, False, "bf16"), (False, True, "fp16"))]
 

@@ -17,8 +17,9 @@ from launch import ROOT, finish, rank_env, start
 from run_files import without_clock
 
 from thoughttree.cli import main
-from thoughttree.data_parallel import PART_KEY, Layout, run_problem_set
-from thoughttree.runner import Problem, RunOptions, run_problems
+from thoughttree.search import data_parallel
+from thoughttree.search.data_parallel import PART_KEY, Layout, run_problem_set
+from thoughttree.search.runner import Problem, RunOptions, run_problems
 from thoughttree.tree import ThoughtTree
 from thoughttree.tree.serialize import RunFile, load_run, tree_to_dict
 
@@ -80,7 +81,7 @@ def test_dying_rank_leaves_no_merged_run(tmp_path) -> None:
 
 
 def test_a_launch_needs_an_output(capsys, monkeypatch) -> None:
-    monkeypatch.setattr("thoughttree.data_parallel.join_data_parallel", lambda *a, **k: type(
+    monkeypatch.setattr(data_parallel, "join_data_parallel", lambda *a, **k: type(
         "L", (), {"groups": 2, "world": 2})())
     assert main([*GAME24, "--data-parallel"]) == 2
     assert "a launch over several ranks needs --output" in capsys.readouterr().err
@@ -105,8 +106,8 @@ def rank0_of_two_groups(monkeypatch, others: int, signal_while_waiting: bool = F
             os.kill(os.getpid(), signal.SIGTERM)
         return [part, other]
 
-    monkeypatch.setattr("thoughttree.data_parallel._gather", gather)
-    monkeypatch.setattr("thoughttree.data_parallel._share", lambda layout, flag: flag)
+    monkeypatch.setattr(data_parallel, "_gather", gather)
+    monkeypatch.setattr(data_parallel, "_share", lambda layout, flag: flag)
     return Layout(rank=0, world=2, tensor_parallel=1, device=torch.device("cpu"), requested="cuda", coordinator=None)
 
 

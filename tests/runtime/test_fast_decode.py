@@ -14,7 +14,8 @@ import torch
 
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
-from thoughttree.kernels import WorkConfig, workplan
+from thoughttree.kernels import WorkConfig
+from thoughttree.kernels.plan import workplan
 from thoughttree.kernels import linear as few_rows
 from thoughttree.runtime.engine import DecodeRequest
 from thoughttree.runtime.graphs import Capacity, DecodeArena, row_bucket

@@ -13,7 +13,7 @@ from thoughttree import LM, RuntimeConfig, Sampling, Speculative, ThoughtTree
 from thoughttree.runtime.kv_pool import KVPool
 from thoughttree.runtime.kv_tree import KVTree
 from thoughttree.runtime.speculative import Branch, DraftModel, DraftTree, TreeLookup, order
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, SelfConsistency
 
 from thoughttree.tasks import LogProb, Task, TaskConfig, ValuePrompt, Verifier

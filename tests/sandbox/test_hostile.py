@@ -228,8 +228,8 @@ def test_the_evaluator_is_unharmed(run):
 
 
 def test_a_sandbox_past_its_budget_is_stopped(run, monkeypatch):
-    monkeypatch.setattr("thoughttree.sandbox.run.STARTUP_S", 1.0)
-    monkeypatch.setattr("thoughttree.sandbox.run.PER_TEST_S", -SHORT.time_s)  # the budget: 1 s for all
+    monkeypatch.setattr("thoughttree.sandbox.execute.STARTUP_S", 1.0)
+    monkeypatch.setattr("thoughttree.sandbox.execute.PER_TEST_S", -SHORT.time_s)  # the budget: 1 s for all
     results = run("import time\ntime.sleep(100)\n", [("", None), ("", None)])
     assert [result.status for result in results] == ["timeout", "timeout"]
     assert "ran out of time" in results[1].stderr

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import thoughttree.sandbox.run as sandbox_run
+import thoughttree.sandbox.execute as sandbox_run
 from thoughttree.sandbox import Job, Limits, outputs_match, run_many, run_tests, values_match
-from thoughttree.sandbox.run import _Records
+from thoughttree.sandbox.execute import _Records
 from thoughttree.sandbox.wire import WireError, decode
 
 QUICK = Limits(time_s=2.0)

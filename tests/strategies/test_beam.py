@@ -8,7 +8,7 @@ import pytest
 from fakes import EOS_TEXT, FakeLM, ScriptTask
 
 from thoughttree import Status
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import Beam
 
 # Per-character log-probabilities; ";" is free, so a thought's score is its letter's.
@@ -95,7 +95,7 @@ def test_a_verified_solution_outside_the_beam_is_kept_and_answers_before_a_bette
 
 def test_token_beam_counts_its_chosen_tokens_as_generated_and_a_token_budget_stops_it(tiny_model_dir):
     from thoughttree import LM, RuntimeConfig
-    from thoughttree.search import Budget
+    from thoughttree.search.driver import Budget
     from thoughttree.tasks import LogProb, Task
 
     class Free(Task):

@@ -6,7 +6,7 @@ import pytest
 from fakes import FakeLM, ScriptConfig, ScriptTask
 
 from thoughttree import Sampling, Status
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import BFS
 from thoughttree.tasks import ValuePrompt, Verifier
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fakes import FakeLM, ScriptTask
 
-from thoughttree.search import search
-from thoughttree.search_result import SearchResult
+from thoughttree.search.driver import search
+from thoughttree.search.results import SearchResult
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_strategy.py"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fakes import FakeLM, ScriptTask
 
 from thoughttree import Status
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import DFS
 
 TABLE = {"Q:": ["a;", "b;"], "Q:b;": ["c;", "d;"], "Q:a;": ["e;", "f;"], "Q:a;f;": ["g;", "h;"],

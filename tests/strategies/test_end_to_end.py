@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from thoughttree import LM, RuntimeConfig, Sampling, Status
-from thoughttree.search import Budget, search
-from thoughttree.search_result import SearchResult
+from thoughttree.search.driver import Budget, search
+from thoughttree.search.results import SearchResult
 from thoughttree.strategies import BFS, DFS, MCTS, Beam, BestOfN, SelfConsistency
 from thoughttree.tasks import LogProb, Rollout, Task, TaskConfig, ValuePrompt, Verifier, Vote
 from thoughttree.tree.serialize import tree_to_dict

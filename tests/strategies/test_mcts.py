@@ -8,7 +8,7 @@ import pytest
 from fakes import FakeLM, ScriptTask
 
 from thoughttree import Status
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import MCTS
 from thoughttree.tasks import Rollout
 
@@ -128,7 +128,7 @@ def test_virtual_loss_of_an_unbounded_evaluator_steers_away_from_the_branch():
 
 
 def test_iterations_count_only_leaves_that_were_expanded():
-    from thoughttree.search import Budget
+    from thoughttree.search.driver import Budget
 
     from thoughttree.tasks import Verifier
 

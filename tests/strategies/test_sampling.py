@@ -5,7 +5,7 @@ from __future__ import annotations
 from fakes import FakeLM, ScriptConfig, ScriptTask, pick
 
 from thoughttree import Sampling, Status, ThoughtTree
-from thoughttree.search import search
+from thoughttree.search.driver import search
 from thoughttree.strategies import BestOfN, SelfConsistency
 from thoughttree.strategies.base import best_node
 from thoughttree.tasks import LogProb

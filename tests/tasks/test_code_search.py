@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fakes import FakeLM
 
-from thoughttree.commands.code_run import CodeSearch, apps_totals, humaneval_totals, search_problem
+from thoughttree.search.code_methods import CodeSearch, apps_totals, humaneval_totals, search_problem
 from thoughttree.tasks.apps import Apps
 from thoughttree.tasks.code import Checker, CodeProblem
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from thoughttree.tasks.game24.compare import best_of, matching_k, pool_size, tokens_per_sample
-from thoughttree.commands.game24_run import Game24Run, run_game24
+from thoughttree.search.game24_methods import Game24Run, run_game24
 from thoughttree.tasks.game24.task import Game24
 from thoughttree.tree import ThoughtTree
 

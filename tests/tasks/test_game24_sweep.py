@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from thoughttree.commands.game24_run import Game24Run
+from thoughttree.search.game24_methods import Game24Run
 from thoughttree.tree.serialize import RunFile
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "game24_sweep.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from thoughttree.commands.game24_run import Game24Run
+from thoughttree.search.game24_methods import Game24Run
 from thoughttree.tree.serialize import RunFile
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "game24_table.py"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from thoughttree.cli import main
-from thoughttree.commands.game24_run import Game24Run
+from thoughttree.search.game24_methods import Game24Run
 from thoughttree.tasks.game24.split import RANGES
 from thoughttree.tasks.game24.task import Game24, Game24Direct, Game24DirectConfig, as_puzzle, node_state
 from thoughttree.tree import ThoughtTree

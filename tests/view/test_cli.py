@@ -23,7 +23,7 @@ def run_file(tmp_path, monkeypatch) -> Path:
     run = RunFile(
         meta={"task": "game24", "strategy": {"name": "bfs", "breadth": 5}, "success_rate": 0.5},
         problems=[
-            {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()), 
+            {"problem": "4 5 6 10", "tree": tree_to_dict(build_sample_tree()),
              "result": {"stats": {"wall_time": 1.25}}},
             {"problem": "1 1 1 1", "tree": tree_to_dict(small), "result": {"solved": False}},
             {"problem": "2 2 2 2", "tree": tree_to_dict(small), "result": {"statistics": {"wall_time": 0.5, "per_round": [

@@ -184,7 +184,7 @@ def test_several_roots_are_drawn_in_order():
 
     from rich.console import Console
 
-    from thoughttree.tree.render import show
+    from thoughttree.view.render import show
 
     tree = ThoughtTree(prompt=[1])
     tree.add_root([2])

@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 from view_trees import build_sample_tree
 
-from thoughttree.live import LiveView, format_stat, progress, stats_line
+from thoughttree.view.live import LiveView, format_stat, progress, stats_line
 from thoughttree.tree import ThoughtTree
 
 STATS = {"round": 3, "nodes": 12345, "tokens_per_s": 5321.25, "reuse_factor": 3.2109, "best_value": 0.9}

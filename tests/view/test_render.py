@@ -8,7 +8,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from thoughttree.tree import Status, ThoughtTree
-from thoughttree.tree.render import ViewOptions, best_path, layout, one_line, render, show
+from thoughttree.view.render import ViewOptions, best_path, layout, one_line, render, show
 
 from view_trees import build_sample_tree
 

@@ -13,21 +13,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..ranks import is_main_process
-from ..runner import Problem, Record, RunOptions, RunOutcome, finish
+from ..runtime.ranks import is_main_process
+from ..search.runner import Problem, Record, RunOptions, RunOutcome, finish, model_meta
 from ..tasks import apps, humaneval
 from ..tasks.code import CodeTask, template_renderer
-from ..tree.render import show
+from ..view.render import show
 from ..tree.serialize import RunFile, tree_from_dict
-from .code_run import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
+from ..search.code_methods import METHODS, CodeSearch, apps_totals, humaneval_totals, problem_seed, search_problem
 from .common import CliError, at_least, method_options
 from .launch import add_data_parallel, add_tensor_parallel, join_launch
-from .model import (
-    ATTENTION, add_remote_arguments, add_speculative, check_device, load_model, model_meta, remote_options,
-)
+from .model import ATTENTION, add_remote_arguments, add_speculative, check_device, load_model, remote_options
 
 if TYPE_CHECKING:
-    from ..data_parallel import Layout
+    from ..search.data_parallel import Layout
     from .common import Subparsers
 
 TESTS_FAILED = 1
@@ -54,7 +52,8 @@ def _add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=Path, metavar="RUN.json",
                    help="continue a stopped run from its run file (written to --output, default the same file)")
     p.add_argument("--samples", type=at_least(1),
-                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else {DEFAULT_SAMPLES})")
+                   help=f"programs (io, bon) or lines per expansion (beam, mcts) (default 1 for io, else "
+                        f"{DEFAULT_SAMPLES})")
     p.add_argument("--width", type=at_least(1), help="beam width (default 4)")
     p.add_argument("--iterations", type=at_least(1), help="MCTS iterations (default 32)")
     p.add_argument("--max-tokens", type=at_least(1), default=512, help="tokens per program (default 512)")
@@ -103,7 +102,7 @@ def _ready(args: argparse.Namespace) -> None:
 def _run(task: CodeTask, keys: list[str], lm: Any, method: CodeSearch, args: argparse.Namespace, meta: dict,
          totals: Callable[[Sequence[Record]], dict[str, Any]], *, layout: Layout | None = None,
          all_samples: bool = False) -> RunOutcome:
-    from ..data_parallel import run_problem_set
+    from ..search.data_parallel import run_problem_set
 
     try:
         method.check_fits(lm, "--k" if getattr(args, "k", 1) > 1 else "--samples")
@@ -173,7 +172,8 @@ def run_apps(args: argparse.Namespace) -> int:
                     **remote_options(args))
     style, render = _style(args, lm)
     task = apps.Apps(problems, method.task_config(), style=style, render=render)
-    split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if args.data == apps.BUNDLED else f"APPS from {args.data}"
+    bundled = args.data == apps.BUNDLED
+    split = f"APPS {apps.BUNDLED_SPLIT} split (bundled sample)" if bundled else f"APPS from {args.data}"
     meta = {"task": "apps", "data": split, "difficulty": args.difficulty, "start": args.start, "end": args.end,
             "method": asdict(method), "prompts": style, "seed": args.seed, **model_meta(lm),
             "public_tests": "examples shown in each statement, else its first test "
@@ -264,7 +264,7 @@ def run_check_program(args: argparse.Namespace) -> int:
         for col in ("test", "set", "status", "seconds", "stderr"):
             table.add_column(col)
         for r in rows:
-            table.add_row(str(r["test"]), r["set"], r["status"], f"{r['seconds']:.3f}",
-                          Text(r["stderr"][-80:]))  # the program's text, shown as it is (never as markup)
+            table.add_row(str(r["test"]), str(r["set"]), str(r["status"]), f"{r['seconds']:.3f}",
+                          Text(str(r["stderr"])[-80:]))  # the program's text, shown as it is (never as markup)
         Console().print(table)
     return 0 if passed == len(rows) else TESTS_FAILED

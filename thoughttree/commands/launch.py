@@ -10,11 +10,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..config import RuntimeConfig
-from ..ranks import ParallelError
+from ..runtime.ranks import ParallelError
 from .common import CliError, at_least, positive_seconds
 
 if TYPE_CHECKING:
-    from ..data_parallel import Layout
+    from ..search.data_parallel import Layout
 
 
 def add_tensor_parallel(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def join_launch(args: argparse.Namespace) -> Layout | None:
         return None
     import torch
 
-    from ..data_parallel import join_data_parallel
+    from ..search.data_parallel import join_data_parallel
 
     requested = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import RuntimeConfig
-from ..ranks import ParallelError
+from ..runtime.ranks import ParallelError
 from .common import CliError
 from .launch import add_tensor_parallel
 
@@ -160,10 +160,3 @@ def load_model(
     except (ValueError, ModelLoadError) as exc:
         raise CliError(f"--speculative {speculative}: {exc}") from exc
     return lm
-
-
-def model_meta(lm: Any) -> dict[str, str]:
-    """What a run file records about the model: path, device, dtype and the attention backend that ran."""
-    return {"model": str(getattr(lm, "path", "")), "device": str(getattr(lm, "device", "")),
-            "dtype": str(getattr(getattr(lm, "model", None), "dtype", "")).removeprefix("torch."),
-            "attention": str(getattr(getattr(lm, "engine", None), "attention", ""))}

@@ -16,10 +16,10 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..live import format_stat
-from ..runner import lock_run_file, unlock_run_file
+from ..search.runner import lock_run_file, unlock_run_file
+from ..view.live import format_stat
 from ..tree.export import graphml_text, to_dot
-from ..tree.render import legend, one_line, show
+from ..view.render import legend, one_line, show
 from ..tree.serialize import RunFile, RunFileError, holds_run_file, load_run, tree_from_dict, tree_to_dict
 from ..tree.summary import TreeSummary, combine, summarize
 from ..tree.node import Node
@@ -76,10 +76,11 @@ def _round_seconds(result: Any) -> tuple[float, float] | None:
     rounds = stats.get("per_round") if isinstance(stats, dict) else None
     if not isinstance(rounds, list) or not rounds:
         return None
-    values = [(_seconds(r, "expand_seconds"), _seconds(r, "evaluate_seconds")) for r in rounds]
-    if any(v is None for pair in values for v in pair):
+    expand = [_seconds(r, "expand_seconds") for r in rounds]
+    evaluate = [_seconds(r, "evaluate_seconds") for r in rounds]
+    if any(v is None for v in expand) or any(v is None for v in evaluate):
         return None
-    return sum(a for a, _ in values), sum(b for _, b in values)
+    return sum(v for v in expand if v is not None), sum(v for v in evaluate if v is not None)
 
 
 # -- show ----------------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def run_show(args: argparse.Namespace) -> int:
         title = f"problem {i}"
         if entry.get("problem") is not None:
             title += f": {one_line(str(entry['problem']), 60)}"
-        result = entry.get("result") if isinstance(entry.get("result"), dict) else {}
+        result: dict[str, Any] = entry["result"] if isinstance(entry.get("result"), dict) else {}
         if result.get("stopped") == "interrupted":
             title += " (interrupted: the tree so far)"
         elif result.get("error"):
@@ -204,7 +205,8 @@ def run_stats(args: argparse.Namespace) -> int:
         known = [t for t in times if t is not None]
         split = [h for h in halves if h is not None]
         total_halves = (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
-        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None, total_halves)))
+        rows.append((f"total ({len(chosen)})", _stats_row(combine(summaries), sum(known) if known else None,
+                                                          total_halves)))
     console = Console()
     console.print(_stats_table(one_line(str(args.run_file), 200), rows, console))
     speculation = _speculation_line([entry for _, entry, _ in chosen])
@@ -295,8 +297,9 @@ def run_export(args: argparse.Namespace) -> int:
         try:
             text = json.dumps(tree_to_dict(tree), indent=1, sort_keys=True, allow_nan=False) + "\n"
         except ValueError as exc:  # NaN in a node's metadata: readable here, not valid JSON
-            raise CliError(f"{args.run_file}: the tree holds a value JSON cannot write ({exc}); "
-                           "export it as graphml or dot") from None
+            raise CliError(
+                f"{args.run_file}: the tree holds a value JSON cannot write ({exc}); export it as graphml or dot"
+            ) from None
     if args.output is None:
         sys.stdout.write(text)
         return 0

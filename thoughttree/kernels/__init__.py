@@ -9,10 +9,10 @@ from .cache import use_persistent_cache
 use_persistent_cache()
 
 from .attention import BACKENDS, tree_attention
-from .plan import TreePlan, plan_tree_attention
+from .plan.tree_plan import TreePlan, plan_tree_attention
 from .reference import store_kv_reference, tree_attention_reference
 from .store import store_kv
-from .workplan import WorkConfig
+from .plan.workplan import WorkConfig
 from .deft import deft_tree_attention, per_sequence_attention
 
 __all__ = [

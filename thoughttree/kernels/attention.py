@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .plan import TreePlan
+from .plan.tree_plan import TreePlan
 from .reference import tree_attention_reference
 
 BACKENDS = ("deft", "per_sequence", "reference")

@@ -25,8 +25,8 @@ import triton.language as tl
 
 from . import deft_ws
 from .device import dependent_launch
-from .plan import TreePlan
-from .workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
+from .plan.tree_plan import TreePlan
+from .plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 
@@ -127,17 +127,22 @@ def _partial_kernel(
         # Software pipeline in registers: while tile i is multiplied, tile i+1's K/V loads and
         # tile i+2's slot ids are in flight, so the slot -> K/V chain never stalls a tile.
         ok = tile < kv_len
-        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+        k, v = _kv_tile(K, V, SLOTS, kv_start + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh,
+                        stride_vp, stride_vs, stride_vh, FLAT, OFF32)
         ok1 = tile + BLOCK_N < kv_len
         k_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_kp, stride_ks, FLAT, OFF32)
         v_row = _kv_rows(SLOTS, kv_start + BLOCK_N + tile, ok1, page_size, stride_vp, stride_vs, FLAT, OFF32)
         for n0 in range(0, kv_len, BLOCK_N):
             ok1 = n0 + BLOCK_N + tile < kv_len
-            k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
-            v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :], other=0.0)
+            k_next = tl.load(K + (k_row + h * stride_kh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :],
+                             other=0.0)
+            v_next = tl.load(V + (v_row + h * stride_vh)[:, None] + offs_d[None, :], mask=ok1[:, None] & d_ok[None, :],
+                             other=0.0)
             ok2 = n0 + 2 * BLOCK_N + tile < kv_len
-            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT, OFF32)
-            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT, OFF32)
+            k_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_kp, stride_ks, FLAT,
+                             OFF32)
+            v_row = _kv_rows(SLOTS, kv_start + n0 + 2 * BLOCK_N + tile, ok2, page_size, stride_vp, stride_vs, FLAT,
+                             OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, True)
             k = k_next
             v = v_next
@@ -147,7 +152,8 @@ def _partial_kernel(
         whole = tl.min(tl.where(row_ok, lim, kv_len), axis=0)
         for n0 in range(0, kv_len, BLOCK_N):
             ok = n0 + tile < kv_len
-            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+            k, v = _kv_tile(K, V, SLOTS, kv_start + n0 + tile, ok, h, page_size, offs_d, d_ok, stride_kp, stride_ks,
+                            stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
             m_i, l_i, acc = _attend(q, k, v, n0 + tile, lim, m_i, l_i, acc, scale_log2, n0 + BLOCK_N > whole)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -237,7 +243,8 @@ def _merge_kernel(
             n = tl.sum(tl.where(ranges == i, own_lens, 0), axis=0)
             for n0 in tl.range(0, n, BLOCK_K, num_stages=OWN_STAGES):
                 ok = n0 + key < n
-                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
+                k, v = _kv_tile(K, V, SLOTS, start + n0 + key, ok, kv_head, page_size, offs_d, d_ok, stride_kp,
+                                stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, FLAT, OFF32)
                 s = tl.where(mine & ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
                 m2, l2, acc2 = _softmax_step(s, v, m2, l2, acc2, scale_log2)
         if OWN_ROWS > R:  # the rows of the query heads
@@ -267,7 +274,8 @@ def _merge_kernel(
             row_j = tl.sum(tl.where(pick, prow, 0), axis=0)
             w_j = tl.sum(tl.where(pick[:, None], w, 0.0), axis=0)  # [R]
             ok_j = g_ok & (r * 0 + i + j < last)
-            o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :], other=0.0)
+            o = tl.load(PO + (row_j * HQ + head)[:, None] * D + offs_d[None, :], mask=ok_j[:, None] & d_ok[None, :],
+                        other=0.0)
             acc += o * w_j[:, None]
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
@@ -293,7 +301,8 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             "(use backend='reference' for float32)"
         )
     if not (q.device == k_cache.device == v_cache.device):
-        raise ValueError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device}, {v_cache.device}")
+        raise ValueError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device}, "
+                         f"{v_cache.device}")
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("the head dimension of q, k_cache and v_cache must be contiguous (stride 1)")
     if q.shape[2] < 16:
@@ -311,9 +320,8 @@ MERGE_PROGRAMS = 512  # the merge programs a call keeps at least when it groups 
 MERGE_HEADS = 4  # the most KV heads a merge program takes unasked
 MERGE_TILE = 16 * 128  # the most elements of one partial's rows a grouped program holds unasked
 # Most pipeline stages of the merge's own-key loop: a call takes one per step of its longest own
-# range, up to this many. On an H200, calls whose 128-key decode tails take 16 steps (4 KV heads
-# of 8 keys a step) were 11% faster with 3 stages than with none, and 4% faster than with 2
-# (BENCHMARKS.md).
+# range, up to this many. Three measured faster than none or two on decode tails of 128 keys
+# (docs/perf-log/).
 OWN_STAGES = 3
 
 
@@ -325,12 +333,12 @@ def merge_heads(asked: int | None, num_queries: int, num_kv_heads: int, rows_per
 
     A merge program waits on a chain of dependent loads (its own keys' slots, their K and V,
     then its partials), so with many programs a call takes several rounds of that latency. One
-    program over several KV heads reads their rows in the same loads. On an H200 (Llama-3-8B
-    heads: 4 query heads of 128 per KV head, whole calls): with 256 queries, 4 KV heads per
-    program took 3.5-9.5% less time than one and 8 no less than 4; with 64 queries or fewer,
-    grouping ranged from 2% faster to 30% slower (BENCHMARKS.md). Larger rows per program than
-    measured there (more query heads per KV head, wider heads) group fewer KV heads, so a
-    program never holds more partial rows in flight than that.
+    program over several KV heads reads their rows in the same loads. With Llama-3-8B heads (4
+    query heads of 128 per KV head) and many queries, 4 KV heads per program measured faster
+    than one and 8 no faster than 4; with few queries grouping was sometimes much slower
+    (docs/perf-log/). Larger rows per program than measured there (more query heads per KV head,
+    wider heads) group fewer KV heads, so a program never holds more partial rows in flight than
+    that.
     """
     most = num_kv_heads & -num_kv_heads
     if asked is not None:
@@ -410,19 +418,19 @@ def run_work(
     # The merge launches early only right behind one partial launch on its own stream: with
     # nothing before it but the step's other kernels, it would read keys they still write.
     early = merge and work.early_merge and side is None and bool(work.classes) and dependent_launch(q.device)
-    if side is not None:
+    if side is not None and main is not None:  # a side stream only on CUDA, where main is the current one
         side.wait_stream(main)  # the side stream starts after the step's inputs are written
     # Streams are switched with set_stream: the torch.cuda.stream context asks CUDA for the
-    # device count twice per entry (about 0.1 ms on an H200 host, per layer of an eager forward).
+    # device count twice per entry, a host cost paid per layer of an eager forward.
     try:
         for i, tc in enumerate(work.classes):
             if side is not None and i == 1:
                 torch.cuda.set_stream(side)
             _launch_partials(q, k_cache, v_cache, work, tc, scale, page_size, group, d, d_pad, flat, off32, early)
     finally:
-        if side is not None:
+        if side is not None and main is not None:
             torch.cuda.set_stream(main)
-    if side is not None:
+    if side is not None and main is not None:
         main.wait_stream(side)  # the merge reads every class's partials
     if not merge:
         return out
@@ -443,7 +451,8 @@ def run_work(
     return out
 
 
-def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int,
+              config: WorkConfig | None = None) -> WorkPlan:
     """The plan's DeFT work items and workspaces for this head layout, built once and cached."""
     cfg = config or WorkConfig()
     key = ("deft", num_q_heads, num_kv_heads, head_dim, cfg)
@@ -452,7 +461,9 @@ def deft_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int
     return plan.backend_data[key]
 
 
-def per_sequence_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None) -> WorkPlan:
+def per_sequence_work(
+    plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, config: WorkConfig | None = None
+) -> WorkPlan:
     """The plan's per-sequence (flash-decoding) work items and workspaces, built once and cached."""
     cfg = config or WorkConfig()
     key = ("per_sequence", num_q_heads, num_kv_heads, head_dim, cfg)

@@ -1,7 +1,7 @@
 """DeFT's partial kernel for the 64- and 128-row tiles, warp-specialised for Hopper (Gluon).
 
-Same work items, inputs and partial outputs as :func:`deft._partial_kernel` (bitwise equal on an
-H200), organised as FlashAttention-3 organises a tile. Each program (work item, KV head) is
+Same work items, inputs and partial outputs as :func:`deft._partial_kernel` (bitwise equal on a
+Hopper GPU), organised as FlashAttention-3 organises a tile. Each program (work item, KV head) is
 split into warpgroups with their own jobs and registers:
 
 - a producer warpgroup gathers the item's K and V rows by slot id with ``cp.async`` into a ring
@@ -11,12 +11,12 @@ split into warpgroups with their own jobs and registers:
   issues tile j's scores and tile j-1's P·V as two asynchronous warpgroup MMAs and waits for
   the scores alone before tile j's softmax (``ptxas`` then moves the wait for P·V up to the
   softmax's start, as the new P takes P·V's operand registers; keeping it after the softmax
-  was slower, BENCHMARKS.md). Two consumers take turns issuing (an mbarrier each way), so one
+  was slower, docs/perf-log/). Two consumers take turns issuing (an mbarrier each way), so one
   exponentiates while the other multiplies.
 
 Triton's ``tl.dot`` waits for each MMA as it is issued, and its pipeline issues the K/V copies
-from the same warps that do the softmax: with 128 rows the Triton tile keeps the tensor cores
-about 47% busy on an H200, this one about 64% (BENCHMARKS.md). Hopper only (``warpgroup_mma``);
+from the same warps that do the softmax: with 128 rows this tile keeps the tensor cores busier
+than the Triton tile does (BENCHMARKS.md, tree attention). Hopper only (``warpgroup_mma``);
 head dim 128; float16 or bfloat16. Written against Triton 3.6-3.9 (one call renamed between them).
 """
 
@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
+)
 from triton.language.extra.cuda import gdc_launch_dependents
 
 if TYPE_CHECKING:
@@ -40,8 +42,8 @@ _NEG = gl.constexpr(-1.0e30)  # as deft._NEG: a finite "minus infinity"
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 HEAD_DIM = 128
-BLOCK_N = 64  # keys per tile; 128-key tiles were 12-29% slower on an H200 (BENCHMARKS.md)
-PRODUCER_WARPS = 4  # one warp could not issue the gathers fast enough (3-4x slower)
+BLOCK_N = 64  # keys per tile; 128-key tiles measured slower (docs/perf-log/)
+PRODUCER_WARPS = 4  # one warp could not issue the gathers fast enough
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,10 @@ class Tile:
 
 
 # By tile class rows. 128 rows: 12 warps at 128 registers (consumers 160, producer 64, no
-# spills) leave room on the SM for a 16-row program of another class launched beside it; on an
-# H200 that was as fast or faster than 168 (consumers at 224) on every workload but one, and
-# four stages beat 3 and 5 by 1-9%. 64 rows: one consumer (192 registers) and three stages,
-# 114,748 bytes of shared memory, so two programs share an SM as the Triton tile's do; 0-4%
-# faster than the Triton tile where the class runs (BENCHMARKS.md).
+# spills) leave room on the SM for a 16-row program of another class launched beside it, which
+# measured at least as fast as 168 (consumers at 224) on nearly every workload; four stages beat
+# 3 and 5. 64 rows: one consumer (192 registers) and three stages, 114,748 bytes of shared
+# memory, so two programs share an SM as the Triton tile's do (docs/perf-log/).
 TILES = MappingProxyType({128: Tile(2, 4, 128, 160, 64), 64: Tile(1, 3, 128, 192, 64)})
 
 
@@ -131,9 +132,8 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     lim = gl.where(row_ok, lim, 0)
     # With two consumers, tiles that every row sees whole skip the mask, as in
     # deft._partial_kernel: all but a ragged last one, unless a row is one of the node's own
-    # queries (a causal prefix). 64 fewer instructions per warp and tile, 5-6% off the longest
-    # launches on an H200; the one-consumer tile kept it, as skipping was 1-2% slower on some
-    # small calls there (BENCHMARKS.md).
+    # queries (a causal prefix): 64 fewer instructions per warp and tile. The one-consumer tile
+    # keeps the mask, as skipping it measured slower on some small calls (docs/perf-log/).
     whole = gl.min(gl.where(row_ok, lim, kv_len), axis=0)
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
     m_i = gl.full([64], _NEG, gl.float32, gl.SliceLayout(1, S_L))
@@ -238,7 +238,8 @@ def _partition(args, ROLE: gl.constexpr, HQ: gl.constexpr, G: gl.constexpr, D: g
      stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles) = args
     if ROLE == NC:
         _producer(K, V, SLOTS, kbuf, vbuf, full, empty, kv_start, kv_len, h, page_size,
-                  stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT, PW)
+                  stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, n_tiles, D, BLOCK_N, STAGES, FLAT,
+                  PW)
     else:
         _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
                   q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, stride_qt, stride_qh, n_tiles,
@@ -287,7 +288,7 @@ def ws_partial_kernel(
     else:
         # No turns to take. An mbarrier initialised and never used would be dead to the shared
         # memory allocator, which then lays the query tile over it: undefined behaviour that
-        # gave wrong partials on an H200. The consumer never reads this argument.
+        # gave wrong partials. The consumer never reads this argument.
         turn = empty
     args = (Q, K, V, SLOTS, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
             kv_start, q_start, q_count, node, t0, kv_len, h, part_base, scale_log2, page_size,

@@ -60,7 +60,7 @@ def add_rms_norm(
 
 def rope_heads(rows: int) -> int:
     """Heads per rotary program: one (the most programs in flight) for a few rows; from 128 rows
-    on, four, whose angles are computed once for them all (faster there on an H200)."""
+    on, four, whose angles are computed once for them all (measured faster there)."""
     return 4 if rows >= 128 else 1
 
 
@@ -111,7 +111,8 @@ def _rope_store_kernel(
         page = slot // page_size
         off = slot - page * page_size
         k_src = K + t * stride_kt + hk * stride_kh + j[None, :]
-        k1, k2 = rotate_halves(tl.load(k_src, mask=kv_ok, other=0.0), tl.load(k_src + HALF, mask=kv_ok, other=0.0), c, s)
+        k1, k2 = rotate_halves(tl.load(k_src, mask=kv_ok, other=0.0), tl.load(k_src + HALF, mask=kv_ok, other=0.0), c,
+                               s)
         k_dst = KC + page * stride_cp + off * stride_cs + hk * stride_ch + j[None, :]
         tl.store(k_dst, k1.to(KC.dtype.element_ty), mask=kv_ok)
         tl.store(k_dst + HALF, k2.to(KC.dtype.element_ty), mask=kv_ok)
@@ -186,5 +187,6 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(t, n, dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     if t:
-        _silu_mul_kernel[(t, triton.cdiv(n, block))](gate_up, out, n, gate_up.stride(0), out.stride(0), BLOCK=block, num_warps=4)
+        _silu_mul_kernel[(t, triton.cdiv(n, block))](gate_up, out, n, gate_up.stride(0), out.stride(0), BLOCK=block,
+                                                     num_warps=4)
     return out

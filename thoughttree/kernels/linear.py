@@ -1,23 +1,22 @@
 """Projections of a few token rows: one pass over the weight, one program per block of outputs.
 
 A decode step multiplies a handful of rows by every weight of the model, so each projection is a
-read of its weight and little else. On an H200, cuBLAS reads an 8B model's short projections
-(q/k/v, attention output) at 58-78% of the copy rate, and splits the attention output and MLP down
-over K with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through a
-software pipeline and writes its outputs once: decode steps of 8-32 rows took 3-7% less time
-than with cuBLAS (BENCHMARKS.md: "Few-row projections on Triton"). The MLP's gate and up
+read of its weight and little else. cuBLAS reads an 8B model's short projections (q/k/v,
+attention output) well below the copy rate, and splits the attention output and MLP down over K
+with a reduction launch. Here each program streams the full K of ``block_n`` weight rows through
+a software pipeline and writes its outputs once, which measured faster than cuBLAS for decode
+steps of 8-32 rows (``benchmarks/few_rows.py``; docs/perf-log/). The MLP's gate and up
 projections can share programs (``gated``): each program then holds matching gate and up outputs
-and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output
-(1.1-1.4% less per step at 8-32 rows). Likewise the q/k/v projection's programs take the two
+and writes their SiLU product, so the step has no ``silu_mul`` launch and no gate/up output.
+Likewise the q/k/v projection's programs take the two
 halves of a head's rotary pairs in turn and rotate and store them in their epilogue
-(:func:`few_rows_rope_store`: no ``rope_store`` launch, 1.1-1.6% less per step). The
+(:func:`few_rows_rope_store`: no ``rope_store`` launch). The
 attention output and MLP down projections add the residual stream in their epilogue and leave
 the next RMSNorm to the projection after them (:func:`few_rows_add_norm`, :class:`NormedRows`):
 a norm needs a whole row, which no program holds, so each program writes its columns' sums of
 squares and the next projection scales its float32 product by each row's RMS (no
-``add_rms_norm`` launch, 1.5-2.0% less per step). On GPUs that launch a kernel behind another,
-those two and the q/k/v projection start while the kernel before them finishes (0.5-1.6% less
-per step; see :func:`_launch`).
+``add_rms_norm`` launch). On GPUs that launch a kernel behind another, those two and the q/k/v
+projection start while the kernel before them finishes (see :func:`_launch`).
 References: ``linear_reference`` in :mod:`reference`, then ``silu_mul_reference`` where gated,
 ``rotate_reference`` and ``store_kv_reference`` for the rotary epilogue, ``add_rms_norm_reference``
 and ``normed_linear_reference`` for the norm.
@@ -38,7 +37,7 @@ from .fused import add_rms_norm, rope_store, rotate_halves, silu_mul
 
 MAX_ROWS = 32  # rows up to which :func:`linear` takes the few-row kernel by default
 ROW_LIMIT = 64  # the most rows the kernel takes at all
-# Fewest output blocks (programs) it takes: one program per block cannot fill an H200's 132 SMs
+# Fewest output blocks (programs) it takes: one program per block cannot fill a 132-SM GPU
 # with fewer, where cuBLAS splits K. Measured on weights of 96 to 2004 blocks; narrower ones (a
 # small model's) stay with cuBLAS.
 MIN_PROGRAMS = 96
@@ -66,7 +65,7 @@ WIDE = Tiling(block_n=64, block_k=128, stages=4, swap=True)
 def tiling(n_out: int) -> Tiling | None:
     """The tiling for a weight of ``n_out`` rows, None where too few programs fill the GPU.
 
-    Measured on an H200 with Llama-3-8B's projections at 8-32 rows: 64-row blocks for the wide
+    Measured with Llama-3-8B's projections at 8-32 rows: 64-row blocks for the wide
     ones (q/k/v, gate/up, LM head), 32-row blocks where 64 would leave SMs idle (attention
     output, MLP down).
     """
@@ -112,7 +111,8 @@ def _start_behind():
 @triton.jit
 def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, stride_s, eps,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr, BLOCK_S: tl.constexpr):
+             SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, NORMED: tl.constexpr,
+             BLOCK_S: tl.constexpr):
     """x[:t] @ W[offs_n].T (+ B[offs_n]) in float32, [BLOCK_M, BLOCK_N]: all of K, one weight pass.
 
     NORMED: each row's product is first scaled by 1 / sqrt(mean square + eps), the row's sum of
@@ -124,7 +124,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
     m_ok = offs_m < t
     if NORMED:
         p = tl.arange(0, BLOCK_S)
-        squares = tl.load(SUMS + p[:, None] * stride_s + offs_m[None, :], mask=(p < n_sums)[:, None] & m_ok[None, :], other=0.0)
+        squares = tl.load(SUMS + p[:, None] * stride_s + offs_m[None, :], mask=(p < n_sums)[:, None] & m_ok[None, :],
+                          other=0.0)
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -132,7 +133,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
     for k0 in tl.range(0, n_in, BLOCK_K, num_stages=STAGES):
         k = k0 + offs_k
         k_ok = k < n_in
-        w = tl.load(W + offs_n[:, None].to(tl.int64) * stride_w + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(W + offs_n[:, None].to(tl.int64) * stride_w + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                    other=0.0)
         x = tl.load(X + offs_m[:, None] * stride_x + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         if SWAP:
             acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)
@@ -149,7 +151,8 @@ def _project(X, W, B, SUMS, offs_n, n_ok, t, n_in, n_sums, stride_x, stride_w, s
 
 @triton.jit(do_not_specialize=["t"])
 def _few_rows_kernel(
-    X, W, B, OUT, RES, NORM_W, RES_OUT, SUMS_OUT, t, n_in, n_out, stride_x, stride_w, stride_o, stride_r, stride_ro, stride_so,
+    X, W, B, OUT, RES, NORM_W, RES_OUT, SUMS_OUT, t, n_in, n_out, stride_x, stride_w, stride_o, stride_r, stride_ro,
+    stride_so,
     SUMS, n_sums, stride_s, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
@@ -180,7 +183,8 @@ def _few_rows_kernel(
         g, u = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
         cols = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         out = _silu_gate(g, u, dt)
-        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(dt), mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
+        tl.store(OUT + offs_m[:, None] * stride_o + cols[None, :], out.to(dt),
+                 mask=m_ok[:, None] & (cols < n_out // 2)[None, :])
     elif ADD_NORM:
         # The residual stream: the rounded projection plus the residual, rounded (as add_rms_norm
         # adds); then its rows' squares over this program's columns, and the rows times the
@@ -295,8 +299,8 @@ def _operand(x: Rows) -> tuple[torch.Tensor, dict]:
 
 
 def _check_sums(name: str, x: torch.Tensor, row_sums: torch.Tensor | None) -> None:
-    if row_sums is not None and (row_sums.dim() != 2 or row_sums.shape[1] != x.shape[0] or row_sums.dtype != torch.float32
-                                 or row_sums.stride(1) != 1):
+    if row_sums is not None and (row_sums.dim() != 2 or row_sums.shape[1] != x.shape[0]
+                                 or row_sums.dtype != torch.float32 or row_sums.stride(1) != 1):
         raise ValueError(f"{name}: row_sums must be float32 [P, {x.shape[0]}] with unit stride along the rows, "
                          f"got {row_sums.dtype} {tuple(row_sums.shape)}")
 
@@ -311,7 +315,8 @@ def _norm_args(row_sums: torch.Tensor | None, x: torch.Tensor, eps: float) -> tu
 
 
 def few_rows_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *, gated: bool = False,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tile: Tiling = NARROW, *,
+    gated: bool = False,
     row_sums: torch.Tensor | None = None, eps: float = 0.0, out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [T, K] @ weight [N, K].T (+ bias [N]) -> [T, N], accumulated in float32, for T <= ROW_LIMIT.
@@ -366,9 +371,10 @@ def few_rows_add_norm(
     _check_projection("few_rows_add_norm", x, weight, bias)
     t, n_in = x.shape
     n_out = weight.shape[0]
-    if residual.shape != (t, n_out) or residual.dtype != x.dtype or residual.stride(1) != 1 or norm_weight.shape != (n_out,):
-        raise ValueError(f"few_rows_add_norm: residual {tuple(residual.shape)} ({residual.dtype}, unit stride along N) and "
-                         f"norm weight {tuple(norm_weight.shape)} must fit [{t}, {n_out}] in {x.dtype}")
+    if (residual.shape != (t, n_out) or residual.dtype != x.dtype or residual.stride(1) != 1
+            or norm_weight.shape != (n_out,)):
+        raise ValueError(f"few_rows_add_norm: residual {tuple(residual.shape)} ({residual.dtype}, unit stride along N) "
+                         f"and norm weight {tuple(norm_weight.shape)} must fit [{t}, {n_out}] in {x.dtype}")
     programs = triton.cdiv(n_out, tile.block_n)
     weighted = torch.empty(t, n_out, dtype=x.dtype, device=x.device)
     h = torch.empty_like(weighted)
@@ -388,10 +394,9 @@ def _launch(tile: Tiling, t: int, x: torch.Tensor, dependent: bool | None = Fals
 
     dependent: a programmatic dependent launch (None: where the device can). Its programs start
     while the kernel before it finishes and wait for its end before reading x; each lets the
-    kernel after it launch as it starts. On an H200, decode steps of 8-32 rows took 0.5-1.6% less
-    with the q/k/v, attention output and MLP down projections launched so; the gate/up projection
-    and the LM head too made 8-row steps 5% slower (BENCHMARKS.md), so :func:`few_rows_linear`
-    never is."""
+    kernel after it launch as it starts. Decode steps measured faster with the q/k/v, attention
+    output and MLP down projections launched so, and slower with the gate/up projection and the
+    LM head too (docs/perf-log/), so :func:`few_rows_linear` never is."""
     block_m = max(16, triton.next_power_of_2(t))
     if dependent is None:
         dependent = dependent_launch(x.device)
@@ -432,7 +437,8 @@ def dense_into(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return torch.addmm(bias, x, weight.t(), out=out)
 
 
-def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+def linear_silu_mul(x: Rows, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                    max_rows: int = MAX_ROWS) -> torch.Tensor:
     """``silu_mul(F.linear(x, weight, bias))`` (weight [2I, K], gate rows then up rows -> [T, I]),
     in one launch of the few-row kernel where :func:`linear` would take it."""
     rows, norm = _operand(x)
@@ -490,7 +496,7 @@ def few_rows_rope_store(
 ) -> torch.Tensor:
     """``fused.rope_store`` of the q/k/v projection ``few_rows_linear(x, weight, bias, tile)`` in one
     launch: the projection's epilogue rotates and stores, rounding where the two kernels round
-    (on an H200 some values land one rounding step from theirs: the compiled kernels differ).
+    (on a GPU some values land one rounding step from theirs: the compiled kernels differ).
 
     Args:
         x: [T <= ROW_LIMIT, K]; weight: [(num_heads + 2 * num_kv_heads) * D, K], the query heads'
@@ -508,13 +514,15 @@ def few_rows_rope_store(
     if misfit is not None:
         raise ValueError(f"few_rows_rope_store: {misfit}")
     if inv_freq.shape != (d // 2,):
-        raise ValueError(f"few_rows_rope_store: inv_freq {tuple(inv_freq.shape)} must hold {d // 2} frequencies (half the head dim)")
+        raise ValueError(f"few_rows_rope_store: inv_freq {tuple(inv_freq.shape)} must hold {d // 2} "
+                         "frequencies (half the head dim)")
     _check_projection("few_rows_rope_store", x, weight, bias)
     _check_sums("few_rows_rope_store", x, row_sums)
     if (positions.shape != (t,) or slots.shape != (t,) or k_cache.shape[2:] != (num_kv_heads, d)
             or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype):
-        raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} and caches "
-                         f"{tuple(k_cache.shape)} (one dtype) must fit {t} rows of {num_kv_heads} KV heads of {d}")
+        raise ValueError(f"few_rows_rope_store: positions {tuple(positions.shape)}, slots {tuple(slots.shape)} "
+                         f"and caches {tuple(k_cache.shape)} (one dtype) must fit {t} rows of {num_kv_heads} "
+                         f"KV heads of {d}")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("few_rows_rope_store: the head dimension of the caches must be contiguous")
     q = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
@@ -522,10 +530,13 @@ def few_rows_rope_store(
         return q
     norm, normed = _norm_args(row_sums, x, eps)
     _qkv_rope_kernel[(weight.shape[0] // tile.block_n,)](
-        x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots, k_cache.shape[1],
+        x, weight, bias if bias is not None else weight, positions, inv_freq, q, k_cache, v_cache, slots,
+        k_cache.shape[1],
         t, n_in, x.stride(0), weight.stride(0), q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), *norm,
-        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x, dependent), **normed, HAS_BIAS=bias is not None,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), *norm,
+        HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, **_launch(tile, t, x, dependent), **normed,
+        HAS_BIAS=bias is not None,
     )
     return q
 
@@ -554,7 +565,8 @@ def linear_rope_store(
     d = weight.shape[0] // (num_heads + 2 * num_kv_heads)
     tile = _tile(rows, weight, max_rows)
     if tile is not None and _rope_misfit(weight.shape[0], num_heads, num_kv_heads, tile) is None:
-        return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads, num_kv_heads, tile,
+        return few_rows_rope_store(rows, weight, bias, positions, inv_freq, k_cache, v_cache, slots, num_heads,
+                                   num_kv_heads, tile,
                                    **norm, dependent=dependent)
     q, k, v = linear(x, weight, bias, max_rows).split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
     return rope_store(q.view(t, num_heads, d), k.view(t, num_kv_heads, d), v.view(t, num_kv_heads, d),

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .plan import TreePlan
+from .plan.tree_plan import TreePlan
 
 
 CHUNK_BYTES = 1 << 30  # the most the keys (or values) gathered for one chunk of query rows take
@@ -128,7 +128,9 @@ def add_rms_norm_reference(
     return rms_norm_reference(total, weight, eps), total
 
 
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, 1, D] of each position's rotary angles, in ``dtype``."""
     freqs = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)

@@ -136,7 +136,8 @@ def gumbel_sample(
         if t.shape != (r,) or t.device != logits.device:
             raise ValueError(f"{name} must be [{r}] on {logits.device}, got {tuple(t.shape)} on {t.device}")
     if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16) or logits.stride(1) != 1:
-        raise ValueError(f"logits must be float32, bfloat16 or float16 with contiguous rows, got {logits.dtype} strides {logits.stride()}")
+        raise ValueError(f"logits must be float32, bfloat16 or float16 with contiguous rows, got {logits.dtype} "
+                         f"strides {logits.stride()}")
     if scores is not None and (scores.shape != logits.shape or scores.dtype != torch.float32 or scores.stride(1) != 1):
         raise ValueError("scores must be float32 like logits, with contiguous rows")
     if out is None:
@@ -155,5 +156,6 @@ def gumbel_sample(
         HAS_SCORES=scores is not None, BLOCK=block, num_warps=4,
     )
     most = vocab_parts(1, vocab, block)  # the join's width depends on the vocabulary only
-    _sample_join_kernel[(r,)](logits, part_f, part_i, out, parts, logits.stride(0), PARTS=max(2, triton.next_power_of_2(most)))
+    _sample_join_kernel[(r,)](logits, part_f, part_i, out, parts, logits.stride(0),
+                              PARTS=max(2, triton.next_power_of_2(most)))
     return out

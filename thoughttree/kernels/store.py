@@ -27,11 +27,14 @@ def _store_kv_kernel(
     mask = (h < H)[:, None] & (d < D)[None, :]
     k = tl.load(K + t.to(tl.int64) * stride_kt + h[:, None] * stride_kh + d[None, :], mask=mask)
     v = tl.load(V + t.to(tl.int64) * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
-    tl.store(KC + page * stride_cp + off * stride_cs + h[:, None] * stride_ch + d[None, :], k.to(KC.dtype.element_ty), mask=mask)
-    tl.store(VC + page * stride_dp + off * stride_ds + h[:, None] * stride_dh + d[None, :], v.to(VC.dtype.element_ty), mask=mask)
+    tl.store(KC + page * stride_cp + off * stride_cs + h[:, None] * stride_ch + d[None, :], k.to(KC.dtype.element_ty),
+             mask=mask)
+    tl.store(VC + page * stride_dp + off * stride_ds + h[:, None] * stride_dh + d[None, :], v.to(VC.dtype.element_ty),
+             mask=mask)
 
 
-def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             slots: torch.Tensor) -> None:
     """Write new keys and values into their cache slots, in place.
 
     Args:
@@ -41,10 +44,12 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     CPU tensors use the PyTorch reference unless TRITON_INTERPRET=1 is set.
     """
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache, v_cache must both be [num_pages, page_size, H_kv, D]; got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+        raise ValueError(f"k_cache, v_cache must both be [num_pages, page_size, H_kv, D]; got {tuple(k_cache.shape)}, "
+                         f"{tuple(v_cache.shape)}")
     want = (slots.shape[0], k_cache.shape[2], k_cache.shape[3])
     if slots.dim() != 1 or tuple(k.shape) != want or tuple(v.shape) != want:
-        raise ValueError(f"expected k, v {want} for {slots.shape[0]} slots; got k {tuple(k.shape)}, v {tuple(v.shape)}, slots {tuple(slots.shape)}")
+        raise ValueError(f"expected k, v {want} for {slots.shape[0]} slots; got k {tuple(k.shape)}, v "
+                         f"{tuple(v.shape)}, slots {tuple(slots.shape)}")
     if slots.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"slots must be int64 (or int32), got {slots.dtype}")
     if len({t.device for t in (k_cache, v_cache, k, v, slots)}) != 1:

@@ -65,7 +65,9 @@ def shard_files(path: Path) -> list[Path]:
     else:
         names = sorted(p.name for p in path.glob("*.safetensors"))
     if not names:
-        raise ModelLoadError(f"{path} holds no *.safetensors weights; save the model with save_pretrained(safe_serialization=True)")
+        raise ModelLoadError(
+            f"{path} holds no *.safetensors weights; save the model with save_pretrained(safe_serialization=True)"
+        )
     for name in names:
         if not (path / name).is_file():
             raise ModelLoadError(f"{path} lacks the weight shard {name} named in its index")
@@ -86,7 +88,10 @@ def tensor_index(files: Sequence[Path]) -> dict[str, tuple[Path, str, tuple[int,
 
 
 def read_tensors(
-    index: dict[str, tuple[Path, str, tuple[int, ...]]], names: Sequence[str], device: torch.device, dtype: torch.dtype,
+    index: dict[str, tuple[Path, str, tuple[int, ...]]],
+    names: Sequence[str],
+    device: torch.device,
+    dtype: torch.dtype,
     narrow: Narrow | None = None,
 ) -> dict[str, torch.Tensor]:
     """The tensors ``names`` of ``index`` (only the slices ``narrow`` asks for) on ``device`` in ``dtype``."""
@@ -120,7 +125,9 @@ def _size(shape: tuple[int, ...], part: tuple[int, int, int] | None) -> int:
     return math.prod(dims)
 
 
-def _check_room(index: dict, names: Sequence[str], device: torch.device, dtype: torch.dtype, narrow: Narrow | None) -> None:
+def _check_room(
+    index: dict, names: Sequence[str], device: torch.device, dtype: torch.dtype, narrow: Narrow | None
+) -> None:
     """A clear error, before anything is copied, when the weights cannot fit in the GPU's free memory."""
     if device.type != "cuda":
         return

@@ -7,7 +7,7 @@ builds one tree-attention plan for all rows and runs the model once: with the Tr
 and at most ``RuntimeConfig.graph_max_rows`` rows on the decode buffers (a graph replay on the
 GPU; a few rows cost the host as much as many in an eager forward), else eagerly. Decoding
 uses one such step for its first token when a parent needs a prefill; with the Triton kernels,
-the steps after it run on fixed buffers (:mod:`decode_run`, :mod:`graphs`), replayed as CUDA
+the steps after it run on fixed buffers (:mod:`decode_batch`, :mod:`graphs`), replayed as CUDA
 graphs on the GPU.
 """
 
@@ -23,9 +23,9 @@ import torch
 
 from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
-from ..kernels.decode_work import decode_work
-from .decode_run import DecodeRun
+from ..kernels.plan.decode_work import decode_work
 from .capture import CaptureFailures, CudaGraphs, GraphCapture
+from .decode_batch import DecodeBatch
 from .graphs import Capacity, DecodeArena, row_bucket
 from .kv_tree import KVTree, Segment
 from .model import Transformer
@@ -114,7 +114,8 @@ class _Ends:
         for r in requests:
             sp = r.sampling
             if id(sp) not in maps:
-                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos, "eos"))
+                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos,
+                                                                                                                "eos"))
         self.on_token = [maps[id(r.sampling)] for r in requests]
         self.stops = [r.sampling.stop for r in requests]
 
@@ -191,9 +192,9 @@ class Engine:
         # How decode runs size their attention work. Their graphs launch tile classes in shape
         # order (narrowest first), and a wide launch sized to leave SMs to the others was measured
         # launched first only, so decode runs keep it sized for every SM (wide_sms=0). A node seen
-        # by 128 query rows (32 branches of a Llama-3-8B) takes 64-row tiles (wide_tiles): on an
-        # H200 its steps took 0.2-2.2% less time with 4k-16k prompts; from 192 rows the 128-row
-        # tiles were within 1% either way, so they keep them (BENCHMARKS.md).
+        # by 128 query rows (32 branches of a Llama-3-8B) takes 64-row tiles (wide_tiles), which
+        # measured faster there; from 192 rows the 128-row tiles measured no different, so they
+        # keep them (docs/perf-log/).
         self.decode_work_config = WorkConfig(wide_sms=0, wide_tiles=(129, 4096))
         self.speculator = Speculator(self)
         self.after_step: Callable[[], None] | None = None  # called after each speculative step (tests check KV there)
@@ -211,8 +212,8 @@ class Engine:
         """
         order: list[Segment] = []
         index: dict[int, int] = {}
-        for seg in [t[0] for t in targets] + list(extra):
-            for s in seg.path():
+        for target in [t[0] for t in targets] + list(extra):
+            for s in target.path():
                 if s.id not in index:
                     index[s.id] = len(order)
                     order.append(s)
@@ -232,22 +233,23 @@ class Engine:
         first = np.cumsum(counts) - counts  # each segment's first row
         seg = np.repeat(np.arange(len(order)), counts)
         offset = np.arange(num_write) - first[seg] + written[seg]  # each row's token within its segment
-        extra: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
+        recomputed: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
         target_rows = []
         for s, j in targets:
             i = index[s.id]
             if j >= written[i]:
                 target_rows.append(int(first[i] + j - written[i]))
                 continue
-            if (i, j) not in extra:  # already has KV: recompute the row for its logits only
-                extra[(i, j)] = len(tokens)
+            if (i, j) not in recomputed:  # already has KV: recompute the row for its logits only
+                recomputed[(i, j)] = len(tokens)
                 tokens.append(s.tokens[j])
                 slots.append(-1)
-            target_rows.append(extra[(i, j)])
+            target_rows.append(recomputed[(i, j)])
         if not tokens:
             return torch.empty(0, self.model.cfg.vocab_size)
-        nodes = np.concatenate([seg, np.fromiter((i for i, _ in extra), dtype=np.int64, count=len(extra))])
-        offset = np.concatenate([offset, np.fromiter((j for _, j in extra), dtype=np.int64, count=len(extra))])
+        n_re = len(recomputed)
+        nodes = np.concatenate([seg, np.fromiter((i for i, _ in recomputed), dtype=np.int64, count=n_re)])
+        offset = np.concatenate([offset, np.fromiter((j for _, j in recomputed), dtype=np.int64, count=n_re)])
         visible, positions = offset + 1, starts[nodes] + offset
         prefill = int(counts[[not s.generated for s in order]].sum())
         plan = plan_tree_attention(
@@ -303,20 +305,21 @@ class Engine:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config
-        same = old is not None and old.attention == self.attention and old.launch == cfg.launch
-        if same and old.shapes == shapes and old.cap.holds(need):
+        if (old is not None and old.attention == self.attention and old.launch == cfg.launch
+                and old.shapes == shapes and old.cap.holds(need)):
             return old
         # Row buffers are a few KB: room up front for the largest graphed forward (up to 1024 rows).
-        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None, min(self.runtime.graph_max_rows, 1024))
+        cap = need.grown(old.cap if old is not None and old.shapes == shapes else None,
+                         min(self.runtime.graph_max_rows, 1024))
         self.arena = None  # drop the old graphs before capturing new ones
-        self.arena = DecodeArena(
+        arena = self.arena = DecodeArena(
             self.model, self.kv.pool, cap, shapes, attention=self.attention, config=cfg,
             capture=self.graph_capture if self.runtime.cuda_graphs else None,
             max_graph_rows=self.runtime.graph_max_rows, warmed=self._warmed, logits=self.logits_buffer(),
             failures=self.capture_failures,
         )
-        self.stats.note_graphs(self.arena)  # the old graphs are gone, whether or not the next step captures
-        return self.arena
+        self.stats.note_graphs(arena)  # the old graphs are gone, whether or not the next step captures
+        return arena
 
     def logits_buffer(self) -> torch.Tensor:
         """[N, V] logits in the model's dtype that every decode-buffer step of up to N rows writes
@@ -339,7 +342,9 @@ class Engine:
         """
         for r in requests:
             if r.parent.end >= self.max_context:
-                raise ValueError(f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}")
+                raise ValueError(
+                    f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}"
+                )
         ends = _Ends(requests, self.eos, self.max_context)
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
@@ -354,7 +359,9 @@ class Engine:
             # computes the missing KV (a prompt's prefill) and step 0's logits.
             if still and not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
                 logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
-                packed = sample_packed(logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused)
+                packed = sample_packed(
+                    logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused
+                )
                 draw = unpack(packed)
                 self._take(still, draw.tokens, draw.logprobs, outs)
                 still = self._still_active(still, outs, ends)
@@ -377,7 +384,9 @@ class Engine:
             out.text = self.detokenize(out.tokens)
         return outs
 
-    def _decode_fast(self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends) -> None:
+    def _decode_fast(
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends
+    ) -> None:
         """Decode steps on fixed buffers, from the first, each launched before the host reads the
         draws of the one before.
 
@@ -390,8 +399,8 @@ class Engine:
         runs (``RuntimeConfig.plan_ahead``), and started once the draws are read if none of
         them stopped at step t.
         """
-        run: DecodeRun | None = None
-        ahead: DecodeRun | None = None  # the next run, planned while the last step of this one runs
+        run: DecodeBatch | None = None
+        ahead: DecodeBatch | None = None  # the next run, planned while the last step of this one runs
         queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
         while queued is not None or still:
             if queued is None:
@@ -401,10 +410,11 @@ class Engine:
                         run.start()
                         self.stats.plans_ahead += 1
                     else:
-                        run = DecodeRun(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
+                        run = DecodeBatch(self, still, [requests[i] for i in still], [outs[i].segment for i in still])
                 ahead = None
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
+            assert batch is not None  # a step is queued only once a batch exists
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None
@@ -417,7 +427,7 @@ class Engine:
             elif go and self.runtime.plan_ahead:
                 self._reserve([outs[i].segment for i in go])  # the slots of the tokens step t draws
                 placed = set(go)
-                ahead = DecodeRun(self, go, [requests[i] for i in go], [outs[i].segment for i in go], start=False)
+                ahead = DecodeBatch(self, go, [requests[i] for i in go], [outs[i].segment for i in go], start=False)
             tokens, logprobs = run.collect(ticket, rows)
             self._take(rows, tokens, logprobs, outs, placed=placed)
             still = self._still_active(rows, outs, ends)
@@ -430,7 +440,12 @@ class Engine:
         self.kv.append_each(segs, [PLACEHOLDER] * len(segs))
 
     def _take(
-        self, rows: list[int], tokens: list[int], logprobs: list[float], outs: list[Decoded], placed: AbstractSet[int] = frozenset()
+        self,
+        rows: list[int],
+        tokens: list[int],
+        logprobs: list[float],
+        outs: list[Decoded],
+        placed: AbstractSet[int] = frozenset(),
     ) -> None:
         """Record one drawn token per request of ``rows``; those in ``placed`` already hold a placeholder for it."""
         fresh = [(outs[i].segment, token) for i, token in zip(rows, tokens) if i not in placed]

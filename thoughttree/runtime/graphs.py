@@ -29,10 +29,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..kernels.decode_work import TAIL_PIECE, DecodeWork
+from ..kernels.plan.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
-from ..kernels.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
+from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
 from .capture import CaptureFailures, Graph, GraphCapture
 from .kv_pool import KVPool
 from .model import Transformer
@@ -139,7 +139,8 @@ class DecodeArena:
          own_start, own_len, self.tail_fold) = (self.meta[a : a + n] for a, n in zip(self._starts, self._sizes))
         self.own_len = own_len.view(OWN_RANGES, r)
         self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
-        self.tail_base, self.tail_items, self.tail_rows, self.tail_starts = tail_base, tail_items, tail_rows, tail_starts
+        self.tail_base, self.tail_items = tail_base, tail_items
+        self.tail_rows, self.tail_starts = tail_rows, tail_starts
         # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
         # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
         classes, first = [], 0
@@ -176,10 +177,11 @@ class DecodeArena:
         self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
         self._host_out = list(torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned))
         self._host_out_np = [t.numpy() for t in self._host_out]
-        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0, 1)}  # padding rows' inputs
+        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0,
+                                                                                           1)}  # padding rows' inputs
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
         # The device's index for its current stream: torch.cuda.current_stream() without one asks
-        # CUDA for the device count (about 50 us on an H200 host) on every call.
+        # CUDA for the device count on every call, a host cost paid per step.
         self._cuda = (dev.index if dev.index is not None else torch.cuda.current_device()) if pinned else None
         self._turn = 0
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}  # decode steps, by row bucket

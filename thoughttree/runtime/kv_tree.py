@@ -45,7 +45,8 @@ class Segment:
         return self._slot_array
 
     def path(self) -> list[Segment]:
-        out, seg = [], self
+        out: list[Segment] = []
+        seg: Segment | None = self
         while seg is not None:
             out.append(seg)
             seg = seg.parent
@@ -169,18 +170,19 @@ class KVTree:
     def release(self, seg: Segment) -> list[int]:
         """Drop one reference; frees segments that reach zero up the path. Returns freed segment ids."""
         freed = []
-        while seg is not None:
-            if seg.refs < 1:
-                raise RuntimeError(f"KV segment {seg.id} released more often than retained")
-            seg.refs -= 1
-            if seg.refs > 0:
+        cur: Segment | None = seg
+        while cur is not None:
+            if cur.refs < 1:
+                raise RuntimeError(f"KV segment {cur.id} released more often than retained")
+            cur.refs -= 1
+            if cur.refs > 0:
                 break
-            for page in _pages(seg.slots, self.pool.page_size):
+            for page in _pages(cur.slots, self.pool.page_size):
                 self.pool.release(page)
-            del self.segments[seg.id]
-            (seg.parent.children if seg.parent else self.roots).remove(seg)
-            freed.append(seg.id)
-            seg = seg.parent
+            del self.segments[cur.id]
+            (cur.parent.children if cur.parent else self.roots).remove(cur)
+            freed.append(cur.id)
+            cur = cur.parent
         return freed
 
     # -- checks --------------------------------------------------------------------------------

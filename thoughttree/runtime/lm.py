@@ -50,6 +50,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: tor
         if capability < (8, 0):
             raise ValueError(f"bfloat16 needs a GPU of compute capability 8.0 or newer; {device} has "
                              f"{capability[0]}.{capability[1]}: load the model in float16 (dtype=, --dtype)")
+    assert resolved is not None  # checked against _DTYPES above
     return resolved
 
 
@@ -232,13 +233,15 @@ class LM:
         self.engine.speculator.default = Speculative.parse(value)
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=add_bos, verbose=False)["input_ids"])  # lengths: _check_context
+        return list(self.tokenizer(text, add_special_tokens=add_bos,
+                                   verbose=False)["input_ids"])  # lengths: _check_context
 
     def encode_batch(self, texts: Sequence[str], *, add_bos: bool = True) -> list[list[int]]:
         """:meth:`encode` of many texts in one tokenizer call (about half the cost per text)."""
         if not texts:
             return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_bos, verbose=False)["input_ids"]]
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_bos,
+                                                    verbose=False)["input_ids"]]
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self._detokenize(tokens)
@@ -261,7 +264,7 @@ class LM:
             raise TypeError(f"{what} must hold token ids (whole numbers), got {tokens!r:.80}")
         return ids
 
-    def _check_tokens(self, tokens: Sequence[int], what: str) -> list[int]:
+    def _check_tokens(self, tokens: Sequence[int] | np.ndarray, what: str) -> list[int]:
         ids = np.fromiter(tokens, dtype=np.int64, count=len(tokens))  # one pass in C (paths run to 100k tokens)
         if not len(ids):
             raise ValueError(f"{what} is empty; give at least one token")
@@ -271,7 +274,8 @@ class LM:
             )
         bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]
         if len(bad):
-            raise ValueError(f"{what} has token ids outside the vocabulary of {self.config.vocab_size}: {bad[:5].tolist()}")
+            raise ValueError(f"{what} has token ids outside the vocabulary of {self.config.vocab_size}: "
+                             f"{bad[:5].tolist()}")
         return ids.tolist()
 
     # -- tree backend ----------------------------------------------------------------------------
@@ -350,12 +354,16 @@ class LM:
         )
 
     # -- scratch work ----------------------------------------------------------------------------
-    def complete(self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+    def complete(
+        self, prompts: Sequence[str | Sequence[int]], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
         """One continuation per prompt (fresh roots; shared prefixes stored once), all batched; KV freed after."""
         if len(seeds) != len(prompts):
             raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")
         token_lists = self._encode_each(prompts, add_bos=True)
-        return self._scratch([(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds)
+        return self._scratch(
+            [(None, self._check_tokens(t, f"prompt {i}")) for i, t in enumerate(token_lists)], sampling, seeds
+        )
 
     def complete_from(
         self, nodes: Sequence[Node], suffixes: Sequence[str], sampling: Sampling, seeds: Sequence[int]
@@ -377,13 +385,16 @@ class LM:
         encoded = dict(zip(unique, self.encode_batch(unique, add_bos=add_bos)))
         return [list(encoded[t]) if isinstance(t, str) else list(t) for t in texts]
 
-    def _scratch(self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]) -> list[Generation]:
+    def _scratch(
+        self, items: list[tuple[Segment | None, list[int]]], sampling: Sampling, seeds: Sequence[int]
+    ) -> list[Generation]:
         tails: list[Segment] = []
         try:
             for parent, tokens in items:
                 if tokens:
                     tails.append(self.kv.insert(parent, tokens))
                 else:
+                    assert parent is not None  # an empty continuation has a parent to decode from
                     self.kv.retain(parent)
                     tails.append(parent)
             outs = self.engine.decode([DecodeRequest(t, sampling, s) for t, s in zip(tails, seeds)])

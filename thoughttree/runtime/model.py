@@ -129,7 +129,8 @@ class Transformer:
 
         def project_add_norm(x: torch.Tensor, name: str, residual: torch.Tensor, norm: str, last: bool = False):
             if fold and not last:
-                return linear_add_norm(x, w[name], w.get(name + "_bias"), residual, w[norm], eps, self.few_rows, dependent)
+                return linear_add_norm(x, w[name], w.get(name + "_bias"), residual, w[norm], eps, self.few_rows,
+                                       dependent)
             return add_norm(self.reduce(linear(x, w[name], w.get(name + "_bias"))), residual, w[norm], eps)
 
         h, residual = add_norm(F.embedding(ids, w["embed"]), None, w["layers.0.ln1"], eps)
@@ -137,7 +138,8 @@ class Transformer:
             p = f"layers.{i}."
             k_cache, v_cache = kv.caches(i)
             if self.fused and self.epilogues and not cfg.qk_norm:
-                q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache, v_cache,
+                q = linear_rope_store(h, w[p + "qkv"], w.get(p + "qkv_bias"), positions, self.inv_freq, k_cache,
+                                      v_cache,
                                       kv.write_slots, hq, hkv, self.few_rows, dependent)
             else:
                 qkv = linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from ..ranks import ParallelError, RankFailure, is_main_process
+from .ranks import ParallelError, RankFailure, is_main_process
 from .model_config import ModelConfig
 
 DEFAULT_TIMEOUT_S = 300.0

@@ -66,7 +66,9 @@ class StopWindow:
             longest = max(map(len, stops))
             # A stop holding U+FFFD could match a window's garbled start: such stops read the whole text.
             first = None if any(_REPLACEMENT in s for s in stops) else longest + 1
-            spec = self._specs[stops] = _Spec(None if joined or last & _SPACES else {}, last | {_REPLACEMENT}, longest, first)
+            spec = self._specs[stops] = _Spec(
+                None if joined or last & _SPACES else {}, last | {_REPLACEMENT}, longest, first
+            )
         return spec
 
     def hits(self, stops: tuple[str, ...], rows: Sequence[list[int]]) -> list[bool]:

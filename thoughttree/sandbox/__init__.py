@@ -15,7 +15,7 @@ from .compare import outputs_match, values_match
 from .isolation import ISOLATIONS, SandboxUnavailable
 from .limits import Limits
 from .result import STATUSES, Status, TestResult
-from .run import run_tests
+from .execute import run_tests
 
 __all__ = [
     "Check",

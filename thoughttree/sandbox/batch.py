@@ -9,8 +9,8 @@ from typing import Any, Iterable, Sequence
 
 from .isolation import SandboxUnavailable
 from .limits import Limits
+from .execute import checked_tests, run_tests
 from .result import TestResult, excerpt
-from .run import checked_tests, run_tests
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import wire  # noqa: E402  (the sibling module, found next to this file)
 
 def _function(code, fn_name: str):
     """Run the compiled program as module ``solution``; its function (or ``Solution`` method) ``fn_name``."""
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    namespace: dict = {"__name__": "solution", "__builtins__": __builtins__}
     exec(code, namespace)
     function = namespace.get(fn_name)
     if function is None and isinstance(namespace.get("Solution"), type):

@@ -1,6 +1,6 @@
 """The driver that runs inside the sandbox: one child process per test, under resource limits.
 
-Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.run`; it is a script, standard
+Started as ``python -I driver.py`` by :mod:`thoughttree.sandbox.execute`; it is a script, standard
 library only, never imported by the evaluator. It reads one JSON request on standard input
 (program path, test inputs, function name, limits, whether each test gets a fresh
 interpreter, and the source of any checking function), answers with JSON lines on standard
@@ -51,7 +51,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -201,6 +201,7 @@ class Streams:
             self._close_input()
 
     def _feed(self) -> None:
+        assert self.stdin is not None  # registered for writing only while it is open
         try:
             self.sent += os.write(self.stdin, self.data[self.sent : self.sent + CHUNK])
         except (BrokenPipeError, BlockingIOError):
@@ -212,6 +213,7 @@ class Streams:
                 self.stdin = None
 
     def _close_input(self) -> None:
+        assert self.stdin is not None
         if self.stdin in self.sel.get_map():
             self.sel.unregister(self.stdin)
         os.close(self.stdin)
@@ -239,9 +241,9 @@ def _std_streams() -> None:
         return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n",
                                 line_buffering=like.line_buffering, write_through=like.write_through)
 
-    sys.stdin = sys.__stdin__ = wrap(0, sys.__stdin__, True)
-    sys.stdout = sys.__stdout__ = wrap(1, sys.__stdout__, False)
-    sys.stderr = sys.__stderr__ = wrap(2, sys.__stderr__, False)
+    sys.stdin = sys.__stdin__ = wrap(0, sys.__stdin__, True)  # type: ignore[misc]  # as a fresh interpreter's
+    sys.stdout = sys.__stdout__ = wrap(1, sys.__stdout__, False)  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = wrap(2, sys.__stderr__, False)  # type: ignore[misc]
 
 
 def _report(error: BaseException, program: str) -> None:
@@ -278,7 +280,8 @@ def _run_in_process(run: Callable[[], None], program: str) -> int:
     # In a fresh interpreter the program's first frame is the first of all; here it sits under
     # this one, those below it, ``run``'s and exec's. The limit rises by as many (checked against
     # a fresh interpreter at the limit's edge), so the same recursion fits.
-    depth, frame = 0, sys._getframe()
+    depth = 0
+    frame: types.FrameType | None = sys._getframe()
     while frame is not None:
         depth, frame = depth + 1, frame.f_back
     sys.setrecursionlimit(sys.getrecursionlimit() + depth + 2)
@@ -306,7 +309,8 @@ def _run_in_process(run: Callable[[], None], program: str) -> int:
             status = 120  # as the interpreter exits when its output cannot be flushed
     for stream in (sys.__stdout__, sys.__stderr__):  # flushed when the interpreter frees them
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except Exception:
             pass
     return status
@@ -318,7 +322,8 @@ def script_child(code, program: str) -> Callable[[], int]:
     def child() -> int:
         _std_streams()
         main = types.ModuleType("__main__")
-        main.__file__, main.__builtins__ = program, builtins
+        main.__file__ = program
+        main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         sys.argv = [program]
         return _run_in_process(lambda: exec(code, main.__dict__), program)
@@ -502,7 +507,7 @@ def check_test(child: Callable[[], int], source: str, request: dict) -> dict:
     run = TestRun(child, b"", request, call=True, keep_input=True)
     verdict = None
     try:
-        namespace = {"__name__": "check", "__builtins__": builtins}
+        namespace: dict[str, Any] = {"__name__": "check", "__builtins__": builtins}
         exec(compile(source, "check", "exec"), namespace)
         check, candidate = namespace["check"], Candidate(run)
         namespace[request["fn_name"]] = candidate
@@ -536,13 +541,17 @@ def main() -> None:
     runner = os.path.join(HERE, "call.py")
     checks = request["checks"]
     if request["fresh"] or any(checks):  # a forked test would hold the checks' sources in its memory
-        argv = [sys.executable, "-I", program] if fn_name is None else [sys.executable, "-I", runner, program, fn_name, str(VALUE_FD)]
+        argv = ([sys.executable, "-I", program] if fn_name is None
+                else [sys.executable, "-I", runner, program, fn_name, str(VALUE_FD)])
         child = exec_child(argv)
     else:
         child = script_child(code, program) if fn_name is None else call_child(code, program, fn_name)
-    server = exec_child([sys.executable, "-I", runner, program, fn_name, str(VALUE_FD), "serve"]) if any(checks) else None
+    server = (
+        exec_child([sys.executable, "-I", runner, program, fn_name, str(VALUE_FD), "serve"]) if any(checks) else None
+    )
     for index, (given, source) in enumerate(zip(request["inputs"], checks)):
         if source is not None:
+            assert server is not None  # started above wherever a test has a check
             emit({"i": index, **check_test(server, source, request)})
             continue
         data = given.encode("utf-8") if fn_name is None else json.dumps(given).encode("utf-8")

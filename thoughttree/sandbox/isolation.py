@@ -111,8 +111,9 @@ def _bwrap(program: str, bwrap: str) -> Launch:
     found = shutil.which(bwrap)
     if found is None:
         raise SandboxUnavailable(
-            f"bubblewrap is not installed ({bwrap!r} not found): run `make setup` (installs it) or "
-            "`apt-get install -y bubblewrap`, or choose isolation='none-unsafe' to run programs without isolation"
+            f"bubblewrap is not installed ({bwrap!r} not found): install it with your package manager "
+            "(`apt-get install -y bubblewrap` as root), or choose isolation='none-unsafe' to run programs without "
+            "isolation"
         )
     as_root = os.geteuid() == 0
     python, prefix = interpreter(for_others=as_root)
@@ -154,7 +155,7 @@ def launch(program: str, isolation: str, bwrap: str = "bwrap") -> Iterator[Launc
         try:
             yield spec
         finally:
-            for fd in [*spec.files, spec.info_fd]:
+            for fd in [*spec.files, *([] if spec.info_fd is None else [spec.info_fd])]:
                 try:
                     os.close(fd)
                 except OSError:

@@ -47,11 +47,11 @@ class Step:
     evaluator for this round (e.g. MCTS rollouts).
     """
 
-    expand: tuple[Node, ...] = ()
+    expand: Sequence[Node] = ()
     n: int = 1
     mode: str = "sample"
     evaluate_children: bool = True
-    evaluate: tuple[Node, ...] = ()
+    evaluate: Sequence[Node] = ()
     evaluations: int | None = None
     evaluator: Evaluator | None = None
 

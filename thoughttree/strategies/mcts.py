@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from ..tree import Node, Status, ThoughtTree
 from .base import Outcome, SearchContext, Step, StrategyBase, choose, positive_int
@@ -114,7 +114,7 @@ class MCTS(StrategyBase):
         self._selected = leaves
         return self._step(expand=leaves)
 
-    def _step(self, expand: list[Node] = (), evaluate: list[Node] = ()) -> Step:
+    def _step(self, expand: Sequence[Node] = (), evaluate: Sequence[Node] = ()) -> Step:
         return Step(expand=sorted(expand, key=lambda n: n.id), evaluate=evaluate, n=self.config.samples,
                     evaluations=self.config.evaluations, evaluator=self.config.rollout)
 

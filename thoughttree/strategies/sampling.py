@@ -83,7 +83,7 @@ class SelfConsistency(StrategyBase):
         if not counts:
             return None
         top = max(counts.values())
-        return next(a for a in (n.metadata.get("answer") for n in self.samples()) if counts.get(a) == top)
+        return next(a for a in (n.metadata.get("answer") for n in self.samples()) if a is not None and counts[a] == top)
 
     def best(self) -> Node | None:
         answer = self.majority()

@@ -132,6 +132,8 @@ def config_dict(config: Any) -> dict[str, Any]:
         return {}
     if not dataclasses.is_dataclass(config):
         raise TaskError(f"config must be a dataclass instance, got {type(config).__name__}")
+    if isinstance(config, type):
+        raise TaskError(f"config must be a dataclass instance, got the class {config.__name__}")
     return _jsonable(dataclasses.asdict(config))
 
 

@@ -292,7 +292,9 @@ class Vote:
             groups.setdefault(node.parent.id, []).append(node)
         prompts, seeds = [], []
         for members in groups.values():
-            prompt = check_prompt(self.prompt(problem, members[0].parent, members), "Vote.prompt")
+            parent = members[0].parent
+            assert parent is not None  # roots were refused above
+            prompt = check_prompt(self.prompt(problem, parent, members), "Vote.prompt")
             key = tuple(m.position for m in members)
             prompts += [prompt] * k
             seeds += [derive_seed(seed, "vote", self.sampling.seed, key, j) for j in range(k)]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .node import Node, Status
-from .render import best_path, one_line
+from .query import best_path, one_line
 
 if TYPE_CHECKING:
     import networkx as nx

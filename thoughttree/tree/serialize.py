@@ -231,7 +231,8 @@ def load_run(path: str | Path) -> RunFile:
                            "or not a run file")
     _check_header(data, FORMAT, "run", path)
     if not isinstance(data.get("problems", []), list):
-        raise RunFileError(f"{path}: problems must be a list, got {type(data['problems']).__name__}; the file is corrupt")
+        raise RunFileError(f"{path}: problems must be a list, got {type(data['problems']).__name__}; the file is "
+                           "corrupt")
     for i, entry in enumerate(data.get("problems") or []):
         if isinstance(entry, dict) and isinstance(entry.get("tree"), dict):
             try:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from .node import Status
-from .render import is_scored, best_path
+from .query import best_path, is_scored
 
 if TYPE_CHECKING:
     from .thought_tree import ThoughtTree

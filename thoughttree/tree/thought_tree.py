@@ -27,7 +27,7 @@ def check_seed(seed: object, name: str = "seed") -> int:
     return int(seed)
 
 
-def derive_seed(*parts: int | str) -> int:
+def derive_seed(*parts: object) -> int:
     """A stable 63-bit seed from its parts (same parts, same seed, on every machine)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1

@@ -100,6 +100,7 @@ def check_run_data(data: dict[str, Any], reserved: tuple[str, ...]) -> None:
             _want(value is None or _number(value), key, "a number (run totals are numbers)", value)
     problems = data.get("problems")
     _want(isinstance(problems, list), "problems", "a list", problems)
+    assert isinstance(problems, list)  # _want raised otherwise
     for i, entry in enumerate(problems):
         try:
             _want(isinstance(entry, dict), "entry", "a JSON object", entry)

@@ -5,7 +5,9 @@ The bundled sample is 87 problems of the APPS *train* split, for trying the task
 """
 
 from .metrics import Scored, summarize
-from .problems import BUNDLED, BUNDLED_SPLIT, DIFFICULTIES, AppsDataError, Selection, bundled_path, find, load, problem_ids
+from .problems import (
+    BUNDLED, BUNDLED_SPLIT, DIFFICULTIES, AppsDataError, Selection, bundled_path, find, load, problem_ids,
+)
 from .prompts import base_prompt, chat_message
 from .task import Apps
 

@@ -9,7 +9,7 @@ without a program count as passing nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from .problems import DIFFICULTIES
 
@@ -40,7 +40,7 @@ class Scored:
 def summarize(scored: Iterable[Scored]) -> dict[str, dict[str, float | int]]:
     """``{"all"|difficulty: {"problems", "strict_accuracy", "test_case_average"}}`` for the groups present."""
     scored = list(scored)
-    groups: dict[str, Sequence[Scored]] = {"all": scored}
+    groups: dict[str, list[Scored]] = {"all": scored}
     for level in DIFFICULTIES:
         members = [s for s in scored if s.difficulty == level]
         if members:

@@ -223,7 +223,7 @@ def problem_from_row(row: dict[str, Any], where: str = "row") -> CodeProblem:
                                     and not keyword.iskeyword(fn_name)):
         raise AppsDataError(f"{where}: input_output's fn_name {fn_name!r} is not a Python function name")
     if fn_name is None:
-        tests = [(_as_text(i), _as_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
+        tests: list[tuple[Any, Any]] = [(_as_text(i), _as_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
     else:
         tests = [(i if isinstance(i, list) else [i], o) for i, o in zip(io["inputs"], io["outputs"])]
     solutions = _decoded(row.get("solutions"), "solutions", where) or []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 ChatRender = Callable[[str, str], "str | list[int]"]
 
@@ -17,7 +17,7 @@ def template_renderer(tokenizer: Any) -> ChatRender:
         raise ValueError("the model's tokenizer has no chat template; use the base-model prompts (--prompts base)")
 
     def render(user: str, assistant_start: str) -> list[int]:
-        ids: Sequence[int] = tokenizer.apply_chat_template(
+        ids: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": user}], tokenize=True, add_generation_prompt=True
         )
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # newer transformers return a BatchEncoding

@@ -47,7 +47,9 @@ class Checker:
     fresh_interpreter: bool = False
     _cache: dict[tuple[str, str], Verdicts] = field(default_factory=dict, repr=False)
 
-    def check(self, programs: Sequence[str], tests: Sequence[Test], *, fn_name: str | None, label: str) -> list[Verdicts]:
+    def check(
+        self, programs: Sequence[str], tests: Sequence[Test], *, fn_name: str | None, label: str
+    ) -> list[Verdicts]:
         """Verdicts of every program on ``tests``; ``label`` names the test set in the cache (e.g. "1604 public").
 
         Distinct programs run in parallel; an empty program fails every test without running.

@@ -41,7 +41,7 @@ class CodeConfig(TaskConfig):
 
     unit: str = "program"
     sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=512, temperature=0.8))
-    line_sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=96, temperature=0.8, stop="\n"))
+    line_sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=96, temperature=0.8, stop=("\n",)))
     rollout: Sampling | None = field(default_factory=lambda: Sampling(max_tokens=512, temperature=0.8))
     max_lines: int = 48
     public_tests: bool = True
@@ -144,7 +144,8 @@ class PublicTests:
     def bounds(self) -> tuple[float, float]:
         return (0.0, 1.0)
 
-    def evaluate(self, lm: Any, key: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None) -> list[float]:
+    def evaluate(self, lm: Any, key: Any, nodes: Sequence[Node], *, seed: int,
+                 samples: int | None = None) -> list[float]:
         k = 1 if samples is None else samples
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"PublicTests: samples must be an integer >= 1, got {samples!r}")
@@ -152,6 +153,7 @@ class PublicTests:
         texts: list[list[str]] = [[h] for h in heads]
         roll = [i for i, n in enumerate(nodes) if self.rollout is not None and n.status is Status.OPEN]
         if roll:
+            assert self.rollout is not None  # roll is empty without a rollout
             rollout = dataclasses.replace(self.rollout, stop=self.rollout.stop + self.task.stops(key))
             seeds = [derive_seed(seed, "code rollout", self.rollout.seed, nodes[i].position, nodes[i].visits, j)
                      for i in roll for j in range(k)]

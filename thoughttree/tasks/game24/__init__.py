@@ -24,7 +24,8 @@ from .task import Game24, Game24Config, Game24Direct, Game24DirectConfig
 
 __all__ = [
     "NUM_PUZZLES", "TEST_INDICES", "VALIDATION_INDICES", "VALUE_LABELS", "VALUE_OF_LABEL",
-    "CheckResult", "Evaluated", "Game24", "Game24Config", "Game24Direct", "Game24DirectConfig", "ExpressionError", "ParsedCot", "Step", "StepCheck",
+    "CheckResult", "Evaluated", "Game24", "Game24Config", "Game24Direct", "Game24DirectConfig", "ExpressionError",
+    "ParsedCot", "Step", "StepCheck",
     "check_answer", "compose_expression", "cot_prompt", "evaluate_expression",
     "few_shot_cot_prompt", "few_shot_io_prompt", "few_shot_propose_prompt", "few_shot_value_prompt",
     "format_answer", "format_number", "format_numbers", "get_puzzle", "good_steps",

@@ -144,12 +144,12 @@ def _expression_states(expression: str) -> list[State]:
     for node in ast.walk(tree):
         if (isinstance(node, ast.BinOp) and type(node.op) in _OPS and isinstance(node.left, ast.Constant)
                 and isinstance(node.right, ast.Constant)):
-            a, b = Fraction(node.left.value), Fraction(node.right.value)
+            a, b = Fraction(node.left.value), Fraction(node.right.value)  # type: ignore[arg-type]  # numbers
             value = _OPS[type(node.op)](a, b)
             rest = list(leaves)
             for used in (node.left.value, node.right.value):
                 if used in rest:
-                    rest.remove(used)
+                    rest.remove(used)  # type: ignore[arg-type]  # a number, as the leaves
             if value is not None and len(rest) == len(leaves) - 2:
                 states.append(make_state([*rest, value]))
     return [s for s in states if len(s) >= 3]

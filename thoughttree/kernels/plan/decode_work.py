@@ -1,0 +1,125 @@
+"""Work items for a run of decode steps whose tree grows only at its tails.
+
+While a batch of branches is decoded, every step adds one token to each branch's own tail and
+changes nothing else. So the work splits in two: the shared part (each branch's parent path:
+the tree's KV chunks grouped with the queries below them, or each query's whole path for the
+per-sequence baseline) is planned once, and each tail is read by its own query through a fixed
+window of slots that grows by one entry per step: by the query's merge program when the window
+holds at most ``WorkConfig.fold_tail`` keys, else by tail items of at most TAIL_PIECE tokens. A
+step then updates only the tails' lengths and newest slots, which fit in a few fixed-size device
+buffers (and so in a CUDA graph).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .tree_plan import TreePlan
+from .workplan import OWN_PIECE, HostWork, WorkConfig, item_rows, layout, sequence_host_work, tree_host_work
+
+TAIL_PIECE = OWN_PIECE  # most tail tokens one program reads
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeWork:
+    """Host arrays (int64) of a decode run's work.
+
+    host: shared items and tail items together, ordered by tile class, with merge lists; its
+        slot array ends with one window of ``tail_cap`` slots per query; when ``folded``, its own
+        range 1 is each query's tail window.
+    tail_items: [n] index in ``host.items`` of each tail piece; tail_rows [n] its query;
+        tail_starts [n] the first tail token it covers (a piece reads at most TAIL_PIECE);
+        empty when ``folded``.
+    tail_base: [Q] index in ``host.slots`` of each query's tail window.
+    """
+
+    host: HostWork
+    tail_items: np.ndarray
+    tail_rows: np.ndarray
+    tail_starts: np.ndarray
+    tail_base: np.ndarray
+    tail_cap: int
+    folded: bool
+
+
+def decode_work(
+    plan: TreePlan,
+    tails: Sequence[np.ndarray],
+    tail_cap: int,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    cfg: WorkConfig,
+    *,
+    share: bool = True,
+) -> DecodeWork:
+    """Plan decode steps for the queries of ``plan``, each extended by its own growing tail.
+
+    Args:
+        plan: the shared tree; query r sits on the parent node of its tail and sees all of it.
+        tails: per query, the slots of its tail so far (empty before the run's first step, whose
+            query is the parent's last token).
+        tail_cap: the longest a tail may grow in this run (its window size).
+        share: DeFT grouping of the shared part (True) or per-sequence paths (False).
+    """
+    q = plan.num_queries
+    if len(tails) != q:
+        raise ValueError(f"need one tail per query: {len(tails)} tails for {q} queries")
+    lengths = np.fromiter((len(t) for t in tails), dtype=np.int64, count=q)
+    if q and lengths.max() > tail_cap:
+        raise ValueError(f"tails must hold at most tail_cap={tail_cap} slots, got {lengths.max()}")
+    build = tree_host_work if share else sequence_host_work
+    shared = build(plan, num_q_heads, num_kv_heads, head_dim, cfg)
+    base = len(shared.slots)
+    window = np.zeros((q, tail_cap), dtype=np.int64)
+    for r, t in enumerate(tails):
+        window[r, : len(t)] = t
+    folded = tail_cap <= cfg.fold_tail
+    pieces = 0 if folded else -(-tail_cap // TAIL_PIECE)
+    rows = np.arange(q).repeat(pieces)
+    starts = np.tile(np.arange(pieces) * TAIL_PIECE, q)
+    inv_perm = np.empty(q, dtype=np.int64)
+    inv_perm[shared.q_perm] = np.arange(q)
+    # Node -1: the window already ends at the newest token, so no own-node masking.
+    tail = item_rows(
+        len(rows),
+        base + rows * tail_cap + starts,
+        np.clip(lengths[rows] - starts, 0, TAIL_PIECE),
+        0,
+        -1,
+        inv_perm[rows],
+        1,
+    )
+    n_shared = len(shared.items)
+    tail_base = base + np.arange(q) * tail_cap
+    own_start, own_len = shared.own_start.copy(), shared.own_len.copy()
+    if folded:
+        own_start[1], own_len[1] = tail_base, lengths
+    host = layout(
+        q,
+        np.concatenate([shared.slots, window.reshape(-1)]),
+        np.concatenate([shared.items, tail]),
+        np.concatenate([shared.item_class, np.zeros(len(rows), dtype=np.int64)]),
+        list(shared.shapes),
+        shared.q_perm,
+        shared.q_node,
+        shared.q_vis,
+        own_start,
+        own_len,
+    )
+    # Where each tail piece landed after layout's stable sort by class.
+    order = np.argsort(np.concatenate([shared.item_class, np.zeros(len(rows), dtype=np.int64)]), kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return DecodeWork(
+        host=host,
+        tail_items=position[n_shared:],
+        tail_rows=rows,
+        tail_starts=starts,
+        tail_base=tail_base,
+        tail_cap=tail_cap,
+        folded=folded,
+    )

@@ -1,0 +1,338 @@
+"""How the DeFT planner sizes each tile class's launch.
+
+The tile shapes a layout can take, how many programs of each one SM holds (from the shared
+memory and registers the compiled kernels take), and a small launch-time model of a rough H200
+by which :mod:`workplan` chooses each class's chunk size, folds launches too small to fill a
+round into narrower ones, and gives a wide launch its share of the SMs beside narrower ones.
+Only which choice is faster matters to the model; docs/perf-log/ has the measurements behind
+its constants.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import torch
+
+
+def _padded(head_dim: int) -> int:
+    """The head dimension a tile holds: the next power of two, at least 16."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def tile_shapes(group: int, head_dim: int, max_block_m: int | None = None,
+                tiles: tuple | None = None) -> list[tuple[int, int, int, int]]:
+    """(block_m, block_n, num_warps, num_stages) per tile class, smallest rows first."""
+    d = _padded(head_dim)
+    # Five stages: each K/V tile's address comes from a slot-id load, and Triton's sm_90 pipeline
+    # overlaps that chain with the tile's math only from five stages on. 32-key tiles for the
+    # 16-row class, whose items are mostly short nodes and tails: faster than three stages and
+    # 64-key tiles on every workload of the kernel benchmark (docs/perf-log/).
+    if d <= 128:
+        shapes = [(16, 32, 4, 5), (64, 64, 4, 5), (128, 64, 8, 5)]
+    else:
+        shapes = [(16, 32, 4, 3), (64, 32, 4, 3)]
+    shapes = sorted(tiles) if tiles else shapes
+    shapes = [s for s in shapes if s[0] >= group and (max_block_m is None or s[0] <= max_block_m)]
+    if not shapes:
+        raise ValueError(
+            f"no tile fits a GQA group of {group} query heads per KV head with head_dim {head_dim} "
+            f"and max_block_m {max_block_m}; groups up to 64 are supported"
+        )
+    return shapes
+
+
+SM_LIMITS = (233472, 65536)  # shared memory bytes and registers per SM of an H100 / H200: planning off the GPU
+# Shared memory bytes and registers per thread the partial kernel takes with each default tile
+# (block_m, block_n, warps, stages) at head_dim 128: Triton 3.6's build for sm_90. (On Hopper
+# the 64- and 128-row classes run deft_ws's kernels instead, which fit as many programs per SM:
+# 114,748 bytes and 8 warps, 163,928 bytes and 12 warps, of 128 registers.)
+TILE_NEEDS = MappingProxyType({(16, 32, 4, 5): (38144, 96), (64, 64, 4, 5): (115200, 194),
+                               (128, 64, 8, 5): (131584, 175)})
+
+
+@functools.cache
+def _device_limits(index: int) -> tuple[int, int, int]:
+    """(SMs, shared memory bytes per SM, registers per SM) of CUDA device ``index``."""
+    props = torch.cuda.get_device_properties(index)
+    smem = getattr(props, "shared_memory_per_multiprocessor", SM_LIMITS[0])
+    return props.multi_processor_count, smem, getattr(props, "regs_per_multiprocessor", SM_LIMITS[1])
+
+
+@functools.cache
+def shape_arrays(
+    group: int, head_dim: int, max_block_m: int | None, tiles: tuple | None
+) -> tuple[list, np.ndarray, np.ndarray]:
+    """:func:`tile_shapes` with its block_m and block_n columns as arrays, built once per layout."""
+    shapes = tile_shapes(group, head_dim, max_block_m, tiles)
+    bm_of, bn_of = np.array([s[0] for s in shapes]), np.array([s[1] for s in shapes])
+    bm_of.flags.writeable = bn_of.flags.writeable = False
+    return shapes, bm_of, bn_of
+
+
+def sequence_tiles(head_dim: int) -> tuple[tuple[int, int, int, int], ...] | None:
+    """Per-sequence items are whole paths, long and one query each: 64-key tiles at three stages
+    measured fastest for them (the 32-key, five-stage tiles the DeFT planner gives short leaves
+    and tails were slower on long paths)."""
+    return ((16, 64, 4, 3), (64, 64, 4, 3)) if head_dim <= 128 else None
+
+
+def work_limits(num_sms: int | None, device: torch.device) -> tuple[int, int, int]:
+    """(SMs, shared memory bytes per SM, registers per SM) to size work for on ``device``;
+    ``num_sms`` (a config's) replaces its SM count."""
+    if device.type == "cuda":
+        sms, smem, regs = _device_limits(torch.cuda.current_device() if device.index is None else device.index)
+    else:
+        sms, (smem, regs) = 4, SM_LIMITS
+    return (sms if num_sms is None else num_sms), smem, regs
+
+
+def programs_per_sm(
+    shape: tuple[int, int, int, int], head_dim: int, smem_per_sm: int, regs_per_sm: int,
+    needs: tuple[int, int] | None = None,
+) -> int:
+    """How many programs of a tile shape (block_m, block_n, warps, stages) one SM holds at once.
+
+    From the shared memory bytes and registers per thread a program takes (``needs``; default:
+    measured for the default tiles, :data:`TILE_NEEDS`, else estimated from a K and a V tile of
+    2-byte elements per stage and the query tile, the accumulator and score tile in registers,
+    plus 96 per thread for the rest). The driver keeps 1 KiB of shared memory per program;
+    registers go by 8 per thread.
+    """
+    block_m, block_n, warps, stages = shape
+    d = _padded(head_dim)
+    if needs is None:
+        needs = TILE_NEEDS[shape] if d == 128 and shape in TILE_NEEDS else (
+            stages * block_n * d * 4 + block_m * d * 2,
+            min(255, block_m * (d + block_n) // (32 * warps) + 96),
+        )
+    smem, regs = needs
+    by_smem = smem_per_sm // (smem + 1024)
+    by_regs = regs_per_sm // (-(-regs // 8) * 8 * 32 * warps)
+    return max(1, min(by_smem, by_regs, 64 // warps))
+
+
+# A rough H200 for the launch-time model of the work sizing (only which chunking is faster matters).
+BANDWIDTH = 4.2e3  # bytes per ns: the copy rate
+SM_TENSOR = 2.6e3  # FLOP per ns the attention tiles of one SM sustain (half its bf16 peak)
+STREAM_NS = 8.0  # ns per key for a lone program to stream one KV head's K and V
+START_NS = 1000.0  # a program's start-up: its item, query and slot-id loads before the first tile
+# Memory-bound launches (a full round's K and V at the copy rate outlast its tensor-core work)
+# take longer than the model says (16-row leaves of three trees, each launch timed alone); their
+# estimates are scaled by this fitted factor to order a call's launches.
+MEMORY_BOUND_SLOWDOWN = 1.8
+# ns per key (one KV head's K and V) a narrow launch's programs take on an SM of their own while
+# a wide launch runs beside them; fitted to prompt-and-leaves trees (docs/perf-log/).
+FREE_SM_KEY_NS = 9.3
+# The share of an SM a narrow launch gets in the slot beside each program of a wide one (fitted
+# on the same trees).
+NEXT_TO_WIDE = 0.065
+# No split where the narrow launches' SM-time is more than this share of the wide one's: there
+# they are long leaves whose K and V reads set the call's time, and SMs taken from the wide
+# launch only lengthen it (measured on 64 leaves of 1000 keys beside an 8k prompt).
+NARROW_SHARE = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchModel:
+    """Per tile class [K]: the launch-time model of :func:`round_chunks`, built once per layout.
+
+    sms: the device's SMs; slots: resident programs on all of them; key_ns: ns per key
+    one of them takes alone (its tensor-core work on its share of the SM, or its stream of K and
+    V, whichever is slower); sm_key_ns: the same for a program with an SM to itself (tensor-core
+    work only); full_key_ns: ns per key in a full round (a whole round's K and V at the copy
+    rate, if slower); copy_ns: ns per key of one head's K and V at the copy rate; partial_ns: ns
+    per item for its partials' write and the merge's read; order_scale: MEMORY_BOUND_SLOWDOWN for
+    memory-bound classes, else 1; classes: 0..K-1.
+    """
+
+    sms: int
+    slots: np.ndarray
+    key_ns: np.ndarray
+    sm_key_ns: np.ndarray
+    full_key_ns: np.ndarray
+    copy_ns: float
+    partial_ns: np.ndarray
+    order_scale: np.ndarray
+    classes: np.ndarray
+
+
+@functools.cache
+def class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> LaunchModel:
+    """The launch-time model of each tile class of ``shapes`` on a device of ``limits``."""
+    sms, smem, regs = limits
+    d = _padded(head_dim)
+    per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
+    block_m = np.array([s[0] for s in shapes])
+    slots = sms * per_sm
+    sm_key_ns = block_m * d * 4 / SM_TENSOR
+    key_ns = np.maximum(STREAM_NS, sm_key_ns * per_sm)
+    copy_ns = 4 * head_dim / BANDWIDTH  # 2-byte elements
+    out = LaunchModel(
+        sms=sms,
+        slots=slots,
+        key_ns=key_ns,
+        sm_key_ns=sm_key_ns,
+        full_key_ns=np.maximum(key_ns, slots * copy_ns),
+        copy_ns=copy_ns,
+        partial_ns=block_m * head_dim * 8 / BANDWIDTH,
+        order_scale=np.where(slots * copy_ns > key_ns, MEMORY_BOUND_SLOWDOWN, 1.0),
+        classes=np.arange(len(shapes)),
+    )
+    for a in (out.slots, out.key_ns, out.sm_key_ns, out.full_key_ns, out.partial_ns, out.order_scale, out.classes):
+        a.flags.writeable = False
+    return out
+
+
+@functools.cache
+def _round_scales(rounds: tuple[int, ...]) -> np.ndarray:
+    """Read-only [len(rounds) + 1, 1]: the work of one item under each sizing of
+    :func:`round_chunks`, in units of a class's work per resident program: half a round (2),
+    then at most r rounds (1 / r)."""
+    out = np.array([2.0] + [1.0 / r for r in rounds])[:, None]
+    out.flags.writeable = False
+    return out
+
+
+def round_chunks(
+    cls: np.ndarray, work: np.ndarray, lengths: np.ndarray, blocks: np.ndarray, chunk_args: tuple,
+    model: LaunchModel, num_kv_heads: int, rounds: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keys per chunk for each node, chosen per tile class so that its launch ends soonest.
+
+    Each class is its own launch of about equal items on ``slots[c]`` resident programs, so it
+    takes ceil(items / slots) rounds: with chunks sized for two programs per SM, 320 128-row
+    items on 132 SMs take three rounds where 128 longer ones take one. For each class this sizes
+    chunks for half a round and for at most r rounds, r in ``rounds`` (chunk counts rounded
+    down), and keeps the sizing whose launch the model says ends first: a round lasts as long
+    as one item's keys take one program, or as the round's K and V take the memory, whichever
+    is longer, plus a start-up; a last round smaller than a full one puts fewer programs on each
+    SM, and each gets a larger share of its tensor cores; partials cost their writes and the
+    merge's reads. Ties go to fewer, longer items. Half a round is one program per SM for the
+    64-row class (two per SM): half the partials for the merge, which measured faster on a long
+    prompt's decode queries than a whole round (docs/perf-log/).
+
+    cls, work, lengths, blocks: [N] per shared node: tile class, cost (keys x blocks x cost per
+    key), keys, query blocks; chunk_args: (cost per key, fewest keys, tile keys) for
+    :func:`chunk_sizes`; model: from :func:`class_model`.
+    Returns ([N] keys per chunk, [K] the model's time of each class's launch in ns, memory-bound
+    classes scaled by MEMORY_BOUND_SLOWDOWN).
+    """
+    slots = model.slots
+    by_class = _scaled_eye(len(slots), num_kv_heads)[cls]  # [N, K]: a node's class, times the KV heads
+    cost, fewest, align = chunk_args
+    targets = (work @ by_class / slots) * _round_scales(rounds)  # [R + 1, K]
+    chunks = chunk_sizes(cost, fewest, lengths, targets[:, cls], align, np.floor)  # [R + 1, N]
+    items = (np.ceil(lengths / chunks) * blocks) @ by_class  # [R + 1, K]
+    per_item = (lengths * blocks) @ by_class / np.maximum(items, 1)  # keys per item
+    full, rest = np.divmod(items, slots)
+    # The last round's programs per SM (fewer than a full round's), and so the share of an SM's
+    # tensor cores each one gets.
+    rest_key_ns = np.maximum(STREAM_NS, model.sm_key_ns * np.ceil(rest / model.sms))
+    # A round of p programs: per_item keys at max(ns per key alone, p programs' K and V at the
+    # copy rate) each, plus a start-up.
+    span = (
+        full * (per_item * model.full_key_ns + START_NS)
+        + (rest > 0) * (per_item * np.maximum(rest_key_ns, rest * model.copy_ns) + START_NS)
+        + items * model.partial_ns
+    )
+    best = span.argmin(axis=0)  # the first minimum: the fewest items
+    return chunks[best[cls], np.arange(len(cls))], span[best, model.classes] * model.order_scale
+
+
+def wide_split(
+    cls: np.ndarray, keys: np.ndarray, items: np.ndarray, model: LaunchModel, num_kv_heads: int, forced: int | None,
+) -> tuple[int, int] | None:
+    """(class, SMs to size it for) where a call's wide launch should leave SMs to the launches
+    beside it; None where it should not.
+
+    A wide class is one whose programs each need an SM to themselves (the 128-row tiles). Sized
+    for every SM, it leaves the narrow launches beside it (long leaves' 16-row programs) only the
+    one slot next to each of its programs, where they run slowly. Where it fits one round and the
+    others fit the GPU at once, it is sized for p SMs so that both end together: its SM-time A
+    over p SMs against theirs, B, over the sms - p SMs it leaves free plus NEXT_TO_WIDE of an SM
+    beside each of its programs: A / p = B / (sms - p + NEXT_TO_WIDE * p). SM-time is keys times
+    ``sm_key_ns`` (for narrow classes at least FREE_SM_KEY_NS). Not where B is more than
+    NARROW_SHARE of A. The split's wide launch goes first (measured on prompt-and-leaves trees,
+    docs/perf-log/).
+    ``forced`` sizes the wide class for that many SMs wherever other launches share the call.
+
+    cls, keys, items: [N] per shared node: tile class, keys times query blocks, items per KV head.
+    """
+    present = np.bincount(cls, minlength=len(model.slots)) > 0
+    wide = present & (model.slots == model.sms)
+    if forced == 0 or wide.sum() != 1 or present.sum() < 2:
+        return None
+    w = int(wide.argmax())
+    if forced is not None:
+        return w, forced
+    programs = np.bincount(cls, weights=items, minlength=len(model.slots)) * num_kv_heads
+    if (programs > model.slots).any():
+        return None
+    sm_ns = np.bincount(cls, weights=keys, minlength=len(model.slots)) * np.maximum(model.sm_key_ns, FREE_SM_KEY_NS)
+    a, b = sm_ns[w], sm_ns.sum() - sm_ns[w]
+    if b > a * NARROW_SHARE:
+        return None
+    sms = int(model.sms * a / (b + a * (1.0 - NEXT_TO_WIDE)))
+    return (w, sms) if sms < programs[w] else None
+
+
+@functools.cache
+def _scaled_eye(k: int, scale: float) -> np.ndarray:
+    """A read-only [k, k] identity times ``scale`` (rows picked by class give one-hot rows)."""
+    out = np.eye(k) * scale
+    out.flags.writeable = False
+    return out
+
+
+def fewer_launches(
+    cls: np.ndarray, queries: np.ndarray, lengths: np.ndarray, per_block: np.ndarray, fewest: np.ndarray,
+    slots: np.ndarray,
+    num_kv_heads: int,
+) -> np.ndarray:
+    """Tile class per node, after folding each launch that could not fill one round of its
+    programs, even cut into its shortest chunks, into the next narrower launch, when its nodes
+    read in the narrower tiles (more blocks of fewer rows) add no more keys than that launch
+    reads already.
+
+    Such a launch is latency-bound: it costs more on its own than the narrower tiles' extra
+    reads of its nodes (as a short prompt's few query rows in 16-row tiles next to its long
+    leaves measured).
+    cls, queries, lengths: [N] per node; per_block, fewest, slots: [K] per class.
+    """
+    present = np.bincount(cls, minlength=len(slots)) > 0
+    if present.sum() < 2:
+        return cls
+    for c in range(len(slots) - 1, 0, -1):
+        narrower = present[:c].nonzero()[0]
+        if not present[c] or not len(narrower):
+            continue
+        mine, into = cls == c, narrower[-1]
+        items = (-(-lengths[mine] // fewest[c]) * -(-queries[mine] // per_block[c])).sum() * num_kv_heads
+        reads = lengths * -(-queries // per_block[into])  # keys each node's blocks read in the narrower tiles
+        if items < slots[c] and reads[mine].sum() <= reads[cls == into].sum():
+            cls = np.where(mine, into, cls)
+            present[c] = False
+    return cls
+
+
+def chunk_sizes(
+    cost_per_token: np.ndarray, min_chunk: np.ndarray, lengths: np.ndarray, target: float | np.ndarray,
+    align: np.ndarray,
+    rounding=np.ceil,
+) -> np.ndarray:
+    """Tokens per chunk so every item costs about ``target`` (at most, with ``rounding=np.floor``
+    for the chunk count: at least); whole nodes when they are cheap. Arrays broadcast."""
+    want = np.maximum(np.ceil(target / cost_per_token), min_chunk)
+    nchunks = np.maximum(1, rounding(lengths / want))
+    size = np.ceil(np.ceil(lengths / nchunks) / align) * align  # equal chunks, tile-aligned
+    return np.maximum(size, align).astype(np.int64)
+
+
+def tile_cost(block_m: np.ndarray) -> np.ndarray:
+    """Cost per key of a tile of ``block_m`` rows, in units of a key's K and V read: the read
+    plus tensor-core work that grows with the rows."""
+    return 1.0 + block_m / 64.0

@@ -1,0 +1,1 @@
+"""Views of trees: terminal rendering and the live view of a running search."""
