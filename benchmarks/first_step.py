@@ -50,10 +50,16 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     result = {
         "device": torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else "cpu",
-        "model": args.model, "branches": args.branches, "prompt_tokens": len(prompt), "tokens": args.tokens,
-        "triton_cache_dir": str(cache), "cache_files_before": cached,
-        "import_s": imported - START, "load_s": loaded - imported,
-        "first_expand_s": times[0], "second_expand_s": times[1],
+        "model": args.model,
+        "branches": args.branches,
+        "prompt_tokens": len(prompt),
+        "tokens": args.tokens,
+        "triton_cache_dir": str(cache),
+        "cache_files_before": cached,
+        "import_s": imported - START,
+        "load_s": loaded - imported,
+        "first_expand_s": times[0],
+        "second_expand_s": times[1],
         "graph_captures": lm.stats.graph_captures,
     }
     print(json.dumps(result, indent=1))

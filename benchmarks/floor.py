@@ -38,8 +38,10 @@ class Roofs:
         return "FLOPs" if self.flop_floor_s(flops) > self.byte_floor_s(nbytes) else "bytes"
 
     def describe(self) -> str:
-        return (f"roofs measured now: copy {self.copy_bytes_per_s / 1e12:.2f} TB/s (read + write), "
-                f"bf16 matmul {self.matmul_flops_per_s / 1e12:.0f} TFLOP/s")
+        return (
+            f"roofs measured now: copy {self.copy_bytes_per_s / 1e12:.2f} TB/s (read + write), "
+            f"bf16 matmul {self.matmul_flops_per_s / 1e12:.0f} TFLOP/s"
+        )
 
 
 def _best_seconds(fn: Callable[[], object], reps: int = 10) -> float:
@@ -62,7 +64,6 @@ def measure_roofs(device: torch.device) -> Roofs | None:
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     copy = 2 * src.numel() / _best_seconds(lambda: dst.copy_(src))
-    del src, dst
     a = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
     b = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
     mm = 2 * MATMUL_N**3 / _best_seconds(lambda: a @ b)

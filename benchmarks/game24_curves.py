@@ -32,9 +32,14 @@ def run_label(meta: dict, fallback: str) -> str:
     parts = [method]
     for key, flag in (("breadth", "b"), ("width", "w"), ("iterations", "it"), ("samples", "n"), ("k", "k")):
         value = run.get(key)
-        if value is not None and (key != "k" or method in ("io", "cot", "bon")) and (
-                key not in ("breadth", "width", "iterations") or method in {"breadth": "bfs", "width": "beam",
-                                                                            "iterations": "mcts"}[key]):
+        if (
+            value is not None
+            and (key != "k" or method in ("io", "cot", "bon"))
+            and (
+                key not in ("breadth", "width", "iterations")
+                or method in {"breadth": "bfs", "width": "beam", "iterations": "mcts"}[key]
+            )
+        ):
             parts.append(f"{flag}={value}")
     if run.get("rule") == "puct" and method == "mcts":
         parts.append("puct")

@@ -56,8 +56,11 @@ GRID: dict[str, list[dict[str, Any]]] = {
     ],
 }
 FULL: dict[str, list[dict[str, Any]]] = {
-    "bfs": [dict(samples=30, distinct=True), dict(samples=20, distinct=True, evaluations=10),
-            dict(samples=20, distinct=True, temperature=1.3)],
+    "bfs": [
+        dict(samples=30, distinct=True),
+        dict(samples=20, distinct=True, evaluations=10),
+        dict(samples=20, distinct=True, temperature=1.3),
+    ],
     "mcts": [dict(iterations=48, samples=10, distinct=True, rule="puct", c=2.0)],
     "beam": [dict(width=8, samples=10, distinct=True)],
 }
@@ -87,8 +90,12 @@ def main() -> int:
     p.add_argument("--test", default="test", help="range each chosen setting runs once on (default test)")
     p.add_argument("--limit", type=int, help="only the first LIMIT puzzles of each range (a quick check)")
     p.add_argument("--validation-limit", type=int, help="only the first N validation puzzles (a shorter sweep)")
-    p.add_argument("--grid", choices=("small", "full"), default="small",
-                   help="small: the settings above; full: adds 30 distinct proposals for BFS and a larger c for MCTS")
+    p.add_argument(
+        "--grid",
+        choices=("small", "full"),
+        default="small",
+        help="small: the settings above; full: adds 30 distinct proposals for BFS and a larger c for MCTS",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-equal-budget", dest="equal_budget", action="store_false")
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
@@ -106,9 +113,17 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lm = load_model(args.model, args.device, None)
     device = torch.cuda.get_device_name() if lm.device.type == "cuda" else f"CPU ({platform.machine()})"
-    record: dict[str, Any] = {"model": args.model, "device": device, "seed": args.seed, "validation": list(val),
-                              "test": list(test), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
-                              "sweep": [], "chosen": {}, "test_runs": []}
+    record: dict[str, Any] = {
+        "model": args.model,
+        "device": device,
+        "seed": args.seed,
+        "validation": list(val),
+        "test": list(test),
+        "command": "python " + " ".join(map(shlex.quote, sys.argv)),
+        "sweep": [],
+        "chosen": {},
+        "test_runs": [],
+    }
     save = lambda: (args.out / "sweep.json").write_text(json.dumps(record, indent=1))  # noqa: E731
     budget: int | None = None
     for method in methods:
@@ -120,14 +135,22 @@ def main() -> int:
             run = Game24Run(method=method, indices=val, seed=args.seed, **opts)
             t0 = time.perf_counter()
             totals = run_game24(lm, run).run.totals
-            row = {"method": method, "options": opts, "success": totals["success_rate"],
-                   "tokens_per_puzzle": totals["generated_tokens"] / max(1, totals["puzzles"]),
-                   "seconds": time.perf_counter() - t0}
+            row = {
+                "method": method,
+                "options": opts,
+                "success": totals["success_rate"],
+                "tokens_per_puzzle": totals["generated_tokens"] / max(1, totals["puzzles"]),
+                "seconds": time.perf_counter() - t0,
+            }
             rows.append(row)
             record["sweep"].append(row)
             save()
-            print(f"validation {method} {opts}: {row['success']:.0%}, {row['tokens_per_puzzle']:,.0f} tokens/puzzle, "
-                  f"{row['seconds']:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"validation {method} {opts}: {row['success']:.0%}, {row['tokens_per_puzzle']:,.0f} tokens/puzzle, "
+                f"{row['seconds']:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         best = max(rows, key=lambda r: (r["success"], -r["tokens_per_puzzle"]))
         record["chosen"][method] = best["options"]
         if method == "bfs":
@@ -139,9 +162,16 @@ def main() -> int:
         result = run_game24(lm, run).run
         result.save(args.out / f"test-{method}.json")
         t = result.totals
-        record["test_runs"].append({"method": method, "options": opts, "success": t["success_rate"],
-                                    "tokens_per_puzzle": t["generated_tokens"] / max(1, t["puzzles"]),
-                                    "command": command(run, args.test, opts, args.model), "run": asdict(run)})
+        record["test_runs"].append(
+            {
+                "method": method,
+                "options": opts,
+                "success": t["success_rate"],
+                "tokens_per_puzzle": t["generated_tokens"] / max(1, t["puzzles"]),
+                "command": command(run, args.test, opts, args.model),
+                "run": asdict(run),
+            }
+        )
         done.append((f"{method} " + " ".join(f"{k}={v}" for k, v in opts.items()), method, result.problems))
         save()
     most = max((r["tokens_per_puzzle"] for r in record["test_runs"]), default=1000.0)
@@ -155,10 +185,14 @@ def main() -> int:
     print("| method | chosen on validation | validation | test | generated tokens / puzzle (test) | command |")
     print("|---|---|---|---|---|---|")
     for r in record["test_runs"]:
-        v = max((x for x in record["sweep"] if x["method"] == r["method"] and x["options"] == r["options"]),
-                key=lambda x: x["success"])
-        print(f"| {r['method']} | `{r['options']}` | {v['success']:.0%} | **{r['success']:.0%}** | "
-              f"{r['tokens_per_puzzle']:,.0f} | `{r['command']}` |")
+        v = max(
+            (x for x in record["sweep"] if x["method"] == r["method"] and x["options"] == r["options"]),
+            key=lambda x: x["success"],
+        )
+        print(
+            f"| {r['method']} | `{r['options']}` | {v['success']:.0%} | **{r['success']:.0%}** | "
+            f"{r['tokens_per_puzzle']:,.0f} | `{r['command']}` |"
+        )
     spaced = budgets(max(2 * most, 200.0))
     curves = [c for name, method, entries in done for c in run_curves(name, entries, method, spaced)]
     Console().print(table(curves))

@@ -68,11 +68,18 @@ async def drive(base: str, clients: int, requests: int, work: list[list[int]], m
     """Send every prompt of ``work``, ``clients`` at a time; returns the tokens generated."""
     limits = httpx.Limits(max_connections=clients + 4)
     async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as http:
+
         async def client(c: int) -> int:
             made = 0
             for r in range(requests):
-                body = {"model": "bench", "prompt": work[c * requests + r], "max_tokens": max_tokens,
-                        "ignore_eos": True, "temperature": 1.0, "seed": c * requests + r}
+                body = {
+                    "model": "bench",
+                    "prompt": work[c * requests + r],
+                    "max_tokens": max_tokens,
+                    "ignore_eos": True,
+                    "temperature": 1.0,
+                    "seed": c * requests + r,
+                }
                 response = await http.post("/v1/completions", json=body)
                 response.raise_for_status()
                 made += response.json()["usage"]["completion_tokens"]
@@ -103,9 +110,11 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     vocab = min(lm.config.vocab_size, len(lm.tokenizer))
     asyncio.run(drive(base, 2, 1, prompts(2, args.prompt_tokens, False, vocab, 99), args.max_tokens))  # warm-up
-    table = Table(title=f"thoughttree serve, {args.shape or 'bundled game24 model'} on {lm.device}: "
-                        f"{args.prompt_tokens}-token prompts, {args.max_tokens} tokens each, "
-                        f"{args.requests} requests per client")
+    table = Table(
+        title=f"thoughttree serve, {args.shape or 'bundled game24 model'} on {lm.device}: "
+        f"{args.prompt_tokens}-token prompts, {args.max_tokens} tokens each, "
+        f"{args.requests} requests per client"
+    )
     for col in ("prompts", "clients", "requests", "req/s", "gen tok/s", "prefilled", "attended / unique"):
         table.add_column(col, justify="right")
     for shared in (True, False):
@@ -117,9 +126,15 @@ def main() -> None:
             seconds = time.perf_counter() - start
             after = httpx.get(f"{base}/health").json()["engine"]
             d = {k: after[k] - before[k] for k in ("prefill_tokens", "attended_tokens", "unique_tokens")}
-            row = ("shared" if shared else "unshared", str(clients), str(len(work)), f"{len(work) / seconds:.1f}",
-                   f"{made / seconds:.0f}", f"{d['prefill_tokens']:,}",
-                   f"{d['attended_tokens'] / max(1, d['unique_tokens']):.2f}")
+            row = (
+                "shared" if shared else "unshared",
+                str(clients),
+                str(len(work)),
+                f"{len(work) / seconds:.1f}",
+                f"{made / seconds:.0f}",
+                f"{d['prefill_tokens']:,}",
+                f"{d['attended_tokens'] / max(1, d['unique_tokens']):.2f}",
+            )
             table.add_row(*row)
             print(" | ".join(row), file=sys.stderr, flush=True)
     server.should_exit = True

@@ -30,7 +30,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from thoughttree import LM, Sampling, Speculative, ThoughtTree, search
+from thoughttree import Sampling, Speculative, ThoughtTree, search
 from thoughttree.search.game24_methods import Game24Run
 from thoughttree.commands.model import load_model
 from thoughttree.tasks.game24.arith import check_answer
@@ -47,10 +47,23 @@ def tree_tokens(tree: ThoughtTree) -> list[tuple[int, tuple[int, ...]]]:
 
 def cpu_rows(args: argparse.Namespace, console: Console) -> None:
     lm = load_model("bundled", "cpu", None)
-    table = Table(title=f"Game of 24, bundled model, CPU ({torch.get_num_threads()} thread(s)), puzzles "
-                  f"{args.start}-{args.start + args.limit - 1}, seed 0, --speculative {args.speculative}")
-    for col in ("method", "same solved", "same trees", "solved", "generated tokens", "off s", "on s",
-                "off / on", "acceptance", "tokens / forward off", "tokens / forward on"):
+    table = Table(
+        title=f"Game of 24, bundled model, CPU ({torch.get_num_threads()} thread(s)), puzzles "
+        f"{args.start}-{args.start + args.limit - 1}, seed 0, --speculative {args.speculative}"
+    )
+    for col in (
+        "method",
+        "same solved",
+        "same trees",
+        "solved",
+        "generated tokens",
+        "off s",
+        "on s",
+        "off / on",
+        "acceptance",
+        "tokens / forward off",
+        "tokens / forward on",
+    ):
         table.add_column(col, justify="right")
     for method in args.methods.split(","):
         run = Game24Run(method=method, start=args.start, end=args.start + args.limit, seed=0)
@@ -79,10 +92,16 @@ def cpu_rows(args: argparse.Namespace, console: Console) -> None:
                 result.tree.release_kv()
         lm.speculative = None
         table.add_row(
-            method, str(solved["off"] == solved["on"]), str(trees["off"] == trees["on"]),
-            f"{sum(solved['on'])}/{len(solved['on'])}", f"{counts['off'][0]} / {counts['on'][0]}",
-            f"{seconds['off']:.1f}", f"{seconds['on']:.1f}", f"{seconds['off'] / seconds['on']:.2f}×",
-            f"{accepted / max(1, drafted):.2f}", f"{counts['off'][0] / max(1, counts['off'][1]):.2f}",
+            method,
+            str(solved["off"] == solved["on"]),
+            str(trees["off"] == trees["on"]),
+            f"{sum(solved['on'])}/{len(solved['on'])}",
+            f"{counts['off'][0]} / {counts['on'][0]}",
+            f"{seconds['off']:.1f}",
+            f"{seconds['on']:.1f}",
+            f"{seconds['off'] / seconds['on']:.2f}×",
+            f"{accepted / max(1, drafted):.2f}",
+            f"{counts['off'][0] / max(1, counts['off'][1]):.2f}",
             f"{counts['on'][0] / max(1, counts['on'][1]):.2f}",
         )
     console.print(table)
@@ -143,16 +162,31 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
             ms = 1e3 * sorted(times)[len(times) // 2]
             plain = ms if k == 0 else plain
             floor = 1e3 * max(weights / copy, 2 * params * len(targets) / mm)
-            table.add_row(str(branches), str(k), str(len(targets)), f"{ms:.2f}", f"{ms / plain:.2f}",
-                          f"{floor:.2f}" if floor else "–", f"{ms / floor:.2f}" if floor else "–")
+            table.add_row(
+                str(branches),
+                str(k),
+                str(len(targets)),
+                f"{ms:.2f}",
+                f"{ms / plain:.2f}",
+                f"{floor:.2f}" if floor else "–",
+                f"{ms / floor:.2f}" if floor else "–",
+            )
         tree.release_kv()
     console.print(table)
 
     small = random_lm(TINY if args.shape == "tiny" else SHAPES["default"], args.device, kv_bytes=args.kv_gib << 28)
     twin = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 29) if args.twin else None
     table = Table(title=f"tokens/s of {args.tokens}-token expansions, {args.shape}, {dev}")
-    for col in ("branches", "drafter", "shape", "tokens/s", "÷ off", "acceptance", "tokens/forward",
-                "draft nodes/branch/step"):
+    for col in (
+        "branches",
+        "drafter",
+        "shape",
+        "tokens/s",
+        "÷ off",
+        "acceptance",
+        "tokens/forward",
+        "draft nodes/branch/step",
+    ):
         table.add_column(col, justify="right")
     drafters = [("off", None), ("lookup", "lookup"), ("random small model", DraftModel(small))]
     if twin is not None:
@@ -161,12 +195,20 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         base = None
         for name, drafter in drafters:
             # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
-            for shape in (("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",)):
-                spec = None if drafter is None else Speculative(drafter=drafter, shape=shape.split(",")[0],
-                                                                adaptive=not shape.endswith("full"))
+            for shape in ("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",):
+                spec = (
+                    None
+                    if drafter is None
+                    else Speculative(drafter=drafter, shape=shape.split(",")[0], adaptive=not shape.endswith("full"))
+                )
                 sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
-                s0 = (lm.stats.generated_tokens, lm.stats.forward_steps, lm.stats.accepted_tokens,
-                      lm.stats.draft_tokens, lm.stats.speculative_steps)
+                s0 = (
+                    lm.stats.generated_tokens,
+                    lm.stats.forward_steps,
+                    lm.stats.accepted_tokens,
+                    lm.stats.draft_tokens,
+                    lm.stats.speculative_steps,
+                )
                 tree = ThoughtTree(lm, prompt=prompt, seed=1)
                 tree.materialize()
                 sync()
@@ -179,10 +221,16 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
                 steps = lm.stats.speculative_steps - s0[4]
                 rate = gen / dt
                 base = rate if drafter is None else base
-                table.add_row(str(branches), name, shape, f"{rate:.0f}", f"{rate / base:.2f}",
-                              f"{(lm.stats.accepted_tokens - s0[2]) / max(1, lm.stats.draft_tokens - s0[3]):.2f}",
-                              f"{gen / max(1, lm.stats.forward_steps - s0[1]):.2f}",
-                              f"{(lm.stats.draft_tokens - s0[3]) / max(1, steps * branches):.2f}")
+                table.add_row(
+                    str(branches),
+                    name,
+                    shape,
+                    f"{rate:.0f}",
+                    f"{rate / base:.2f}",
+                    f"{(lm.stats.accepted_tokens - s0[2]) / max(1, lm.stats.draft_tokens - s0[3]):.2f}",
+                    f"{gen / max(1, lm.stats.forward_steps - s0[1]):.2f}",
+                    f"{(lm.stats.draft_tokens - s0[3]) / max(1, steps * branches):.2f}",
+                )
     console.print(table)
 
 
@@ -200,8 +248,12 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--twin", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run a draft model equal to the target (a second copy of its weights)")
+    p.add_argument(
+        "--twin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run a draft model equal to the target (a second copy of its weights)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     console = Console(width=200)

@@ -18,8 +18,10 @@ if not torch.cuda.is_available():
 
 from tiny_models import ARCHS, make_model
 
-NO_BWRAP = ("needs bubblewrap (bwrap), which is not installed here; install it to run the sandbox's tests "
-            "(Debian/Ubuntu: sudo apt-get install bubblewrap)")
+NO_BWRAP = (
+    "needs bubblewrap (bwrap), which is not installed here; install it to run the sandbox's tests "
+    "(Debian/Ubuntu: sudo apt-get install bubblewrap)"
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -56,8 +56,25 @@ def test_the_command_on_the_cpu_says_it_has_nothing_to_do(capsys, monkeypatch) -
 def test_the_command_warms_each_batch_size_given(tiny_model_dir, capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     device, dtype = ("cuda", "bfloat16") if torch.cuda.is_available() else ("cpu", "float16")  # the CPU interprets
-    code = main(["warmup", "--model", str(tiny_model_dir), "--device", device, "--dtype", dtype,
-                 "--attention", "deft", "--branches", "1,2", "--prompt-tokens", "12", "--tokens", "2"])
+    code = main(
+        [
+            "warmup",
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            device,
+            "--dtype",
+            dtype,
+            "--attention",
+            "deft",
+            "--branches",
+            "1,2",
+            "--prompt-tokens",
+            "12",
+            "--tokens",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert code == 0
     assert [line.split(":")[1] for line in out[:2]] == [f" {n} branches on a 12-token prompt" for n in (1, 2)]

@@ -78,8 +78,9 @@ class Speculative:
         if value is None or isinstance(value, Speculative):
             return value
         if not isinstance(value, str):
-            raise ValueError(f"speculative must be 'off', 'lookup', 'draft:PATH', 'auto' or a Speculative, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"speculative must be 'off', 'lookup', 'draft:PATH', 'auto' or a Speculative, got {value!r}"
+            )
         return Speculative(drafter="lookup" if value == "auto" else value)
 
 

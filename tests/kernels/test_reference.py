@@ -95,8 +95,18 @@ def test_reference_in_chunks_of_query_rows_equals_all_rows_at_once(monkeypatch: 
     from thoughttree.kernels import reference
 
     parents, lengths = [-1] + [0] * 9 + [3], [300] + [7] * 9 + [11]
-    q, k, v, plan = build(parents, lengths, list(range(1, 11)) * 2, None, h_q=4, h_kv=2, d=16, page_size=4,
-                          dtype=torch.float32, device="cpu")
+    q, k, v, plan = build(
+        parents,
+        lengths,
+        list(range(1, 11)) * 2,
+        None,
+        h_q=4,
+        h_kv=2,
+        d=16,
+        page_size=4,
+        dtype=torch.float32,
+        device="cpu",
+    )
     whole = tree_attention(q, k, v, plan, backend="reference")
     low = low_precision_attention(q, k, v, plan)
     assert reference.query_chunks(20, 1000, 3000) == [slice(a, min(a + 3, 20)) for a in range(0, 20, 3)]

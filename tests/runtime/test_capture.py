@@ -142,4 +142,3 @@ def test_a_capture_failing_inside_a_cuda_graph_falls_back(model_dir) -> None:
         got = _search(lm)
     assert lm.stats.graph_failures > 0 and lm.stats.graph_replays == 0
     assert got[0] == want[0] and got[1] == want[1] and torch.equal(got[2], want[2])
-

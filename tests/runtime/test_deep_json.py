@@ -21,8 +21,14 @@ def _deep_run_file(path: Path, where: str) -> Path:
     else:
         tree = tree_to_dict(ThoughtTree(prompt=[1, 2]))
         tree["nodes"][0]["metadata"] = {"x": "SLOT"}
-        text = json.dumps({"format": "thoughttree.run", "version": 1, "meta": {},
-                           "problems": [{"id": "0", "problem": "p", "tree": tree, "result": {}}]})
+        text = json.dumps(
+            {
+                "format": "thoughttree.run",
+                "version": 1,
+                "meta": {},
+                "problems": [{"id": "0", "problem": "p", "tree": tree, "result": {}}],
+            }
+        )
         path.write_text(text.replace('"SLOT"', deep))
     return path
 

@@ -91,8 +91,12 @@ def _sequence_probs(lm: LM, sp: Sampling, length: int) -> dict[tuple[int, ...], 
     for _ in range(length):
         prefixes = list(probs)
         logp = _scores(lm.tree_logits([prompt + list(p) for p in prefixes]), [sp] * len(prefixes))
-        probs = {p + (t,): probs[p] * math.exp(v) for p, row in zip(prefixes, logp.tolist())
-                 for t, v in enumerate(row) if v > -math.inf}
+        probs = {
+            p + (t,): probs[p] * math.exp(v)
+            for p, row in zip(prefixes, logp.tolist())
+            for t, v in enumerate(row)
+            if v > -math.inf
+        }
     return probs
 
 
@@ -116,8 +120,11 @@ def test_inclusion_frequencies_match_the_model_distribution(peaked: LM) -> None:
     probs = _sequence_probs(lm, sp, 2)
     assert len(probs) == 9 and abs(sum(probs.values()) - 1) < 1e-5
     exact = _without_replacement(probs, k)
-    groups = [g for start in range(0, trials, 300)
-              for g in lm.complete_distinct([PROMPT] * 300, k, sp, list(range(start, start + 300)))]
+    groups = [
+        g
+        for start in range(0, trials, 300)
+        for g in lm.complete_distinct([PROMPT] * 300, k, sp, list(range(start, start + 300)))
+    ]
     counts = dict.fromkeys(probs, 0)
     estimate = 0.0
     for group in groups:

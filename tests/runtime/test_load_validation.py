@@ -26,16 +26,19 @@ def _with_config(path: Path, **change: object) -> Path:
     return path
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"num_attention_heads": 7}, "num_attention_heads=7 is not a multiple of num_key_value_heads=2"),
-    ({"hidden_size": -1}, "hidden_size=-1 must be a positive integer"),
-    ({"num_hidden_layers": 0}, "num_hidden_layers=0 must be a positive integer"),
-    ({"num_key_value_heads": -2}, "num_key_value_heads=-2 must be a positive integer"),
-    ({"vocab_size": 0}, "vocab_size=0 must be a positive integer"),
-    ({"rms_norm_eps": -1.0}, "rms_norm_eps=-1.0 must be a positive number"),
-    ({"head_dim": None, "hidden_size": 250}, "hidden_size=250 is not a multiple of num_attention_heads=4"),
-    ({"intermediate_size": "big"}, "intermediate_size='big' is not a number"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"num_attention_heads": 7}, "num_attention_heads=7 is not a multiple of num_key_value_heads=2"),
+        ({"hidden_size": -1}, "hidden_size=-1 must be a positive integer"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers=0 must be a positive integer"),
+        ({"num_key_value_heads": -2}, "num_key_value_heads=-2 must be a positive integer"),
+        ({"vocab_size": 0}, "vocab_size=0 must be a positive integer"),
+        ({"rms_norm_eps": -1.0}, "rms_norm_eps=-1.0 must be a positive number"),
+        ({"head_dim": None, "hidden_size": 250}, "hidden_size=250 is not a multiple of num_attention_heads=4"),
+        ({"intermediate_size": "big"}, "intermediate_size='big' is not a number"),
+    ],
+)
 def test_config_values_are_checked_before_the_tokenizer(model_copy: Path, change: dict, message: str):
     (model_copy / "tokenizer.json").unlink()  # a config check that came after the tokenizer would fail on it
     with pytest.raises(ModelLoadError, match=message.replace("(", r"\(")):

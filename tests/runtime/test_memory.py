@@ -9,18 +9,35 @@ from thoughttree.runtime.model_config import ModelConfig
 
 GIB = 1 << 30
 LLAMA3_8B = ModelConfig(
-    model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
-    num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5, rope_theta=5e5, rope_scaling=None, max_position_embeddings=8192,
-    tie_word_embeddings=False, attention_bias=False, qk_norm=False, mlp_bias=False, sliding_window=None,
-    bos_token_id=1, eos_token_ids=(2,), torch_dtype="bfloat16",
+    model_type="llama",
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    rms_norm_eps=1e-5,
+    rope_theta=5e5,
+    rope_scaling=None,
+    max_position_embeddings=8192,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    qk_norm=False,
+    mlp_bias=False,
+    sliding_window=None,
+    bos_token_id=1,
+    eos_token_ids=(2,),
+    torch_dtype="bfloat16",
 )
 PAGE = 2 * 32 * 16 * 8 * 128 * 2  # KV bytes of one 16-token page over 32 layers in bfloat16
 WEIGHTS = 16 * GIB
 
 
 def _plan(free: int, **kwargs):
-    return plan_memory(LLAMA3_8B, itemsize=2, page_size=16, free_bytes=free, graph_max_rows=512, device="cuda:0",
-                       **kwargs)
+    return plan_memory(
+        LLAMA3_8B, itemsize=2, page_size=16, free_bytes=free, graph_max_rows=512, device="cuda:0", **kwargs
+    )
 
 
 def test_the_workspace_holds_the_shared_logits_buffer_and_the_largest_steps() -> None:
@@ -50,8 +67,10 @@ def test_a_small_gpu_gives_the_pool_all_the_room_left_and_fails_clearly_without_
     assert _plan(free).num_pages == (free - workspace_bytes(LLAMA3_8B, 2, 512, free)) // PAGE > 0
     free = work // 2
     need = workspace_bytes(LLAMA3_8B, 2, 512, free)
-    message = (rf"cuda:0 has {free / GIB:.2f} GiB free after the weights; the steps' buffers need {need / GIB:.2f} GiB "
-               r"and a KV pool for one path of the full context \(8192 tokens\) 1\.00 GiB")
+    message = (
+        rf"cuda:0 has {free / GIB:.2f} GiB free after the weights; the steps' buffers need {need / GIB:.2f} GiB "
+        r"and a KV pool for one path of the full context \(8192 tokens\) 1\.00 GiB"
+    )
     with pytest.raises(NotEnoughMemory, match=message):
         _plan(free)
 

@@ -53,8 +53,7 @@ def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
 
 def test_a_second_writer_gets_a_clear_error_and_the_first_file_stays_whole(tmp_path: Path):
     out, go = tmp_path / "same.json", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", FIRST_WRITER, str(out), str(go)], stderr=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen([sys.executable, "-c", FIRST_WRITER, str(out), str(go)], stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: out.is_file() and len(load_run(out).problems) == 1, "the first writer's first save")
         saved = out.read_bytes()
@@ -78,10 +77,18 @@ def test_export_output_is_locked_too(tmp_path: Path, capsys):
     run_file = tmp_path / "run.json"
     _one_problem_run(run_file)
     target = tmp_path / "tree.dot"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from thoughttree.search.runner import lock_run_file\nlock_run_file(Path(sys.argv[1]))\n"
-                               "print('locked', flush=True)\ntime.sleep(60)\n", str(target)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\n"
+            "from thoughttree.search.runner import lock_run_file\nlock_run_file(Path(sys.argv[1]))\n"
+            "print('locked', flush=True)\ntime.sleep(60)\n",
+            str(target),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         code = main(["export", str(run_file), "--format", "dot", "--output", str(target)])

@@ -10,12 +10,18 @@ import pytest
 from thoughttree.cli import main
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--method", "io", "--k", "1000000000"], r"--k = 1000000000 branches per expansion.*the largest --k that fits "),
-    (["--breadth", "1000000000", "--samples", "1000000000"], r"--breadth x --samples must be at most \d+$"),
-    (["--breadth", "5", "--samples", "100000"], r"must be at most \d+ \(with the other as given: --samples \d+\)$"),
-    (["--method", "mcts", "--samples", "100000"], r"the largest --samples that fits is \d+"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--method", "io", "--k", "1000000000"],
+            r"--k = 1000000000 branches per expansion.*the largest --k that fits ",
+        ),
+        (["--breadth", "1000000000", "--samples", "1000000000"], r"--breadth x --samples must be at most \d+$"),
+        (["--breadth", "5", "--samples", "100000"], r"must be at most \d+ \(with the other as given: --samples \d+\)$"),
+        (["--method", "mcts", "--samples", "100000"], r"the largest --samples that fits is \d+"),
+    ],
+)
 def test_sizes_beyond_the_kv_pool_are_refused_with_the_largest_that_fits(capsys, argv: list[str], message: str):
     import re
 
@@ -56,11 +62,17 @@ def test_scratch_folders_of_dead_processes_are_removed(tmp_path):
     assert sorted(glob.glob(str(tmp_path / "thoughttree-part-*"))) == sorted(map(str, [mine, live, unnamed]))
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["humaneval", "--method", "io", "--k", "1000000"], r"the largest --k that fits is \d+$"),
-    (["apps", "--method", "bon", "--samples", "1000000"], r"the largest --samples that fits is \d+$"),
-    (["apps", "--method", "beam", "--samples", "1000", "--width", "1000"], r"--width x --samples must be at most \d+$"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["humaneval", "--method", "io", "--k", "1000000"], r"the largest --k that fits is \d+$"),
+        (["apps", "--method", "bon", "--samples", "1000000"], r"the largest --samples that fits is \d+$"),
+        (
+            ["apps", "--method", "beam", "--samples", "1000", "--width", "1000"],
+            r"--width x --samples must be at most \d+$",
+        ),
+    ],
+)
 def test_code_commands_check_their_sizes_too(capsys, argv: list[str], message: str):
     import re
 

@@ -64,8 +64,10 @@ class Echo:
 
 
 def tree_tokens(tree: ThoughtTree) -> list[tuple]:
-    return [(n.id, n.parent.id if n.parent else -1, tuple(n.tokens), n.metadata.get("finish_reason"), n.status)
-            for n in tree.nodes]
+    return [
+        (n.id, n.parent.id if n.parent else -1, tuple(n.tokens), n.metadata.get("finish_reason"), n.status)
+        for n in tree.nodes
+    ]
 
 
 def logprobs(tree: ThoughtTree) -> list[float]:
@@ -95,9 +97,12 @@ class Tiny(Task):
 
     def evaluator(self):
         if self.config.kind == "value":
-            return ValuePrompt(prompt=lambda p, n: "value: " + n.path_text(include_root=False) + "\n",
-                               labels={"sure": 20.0, "likely": 1.0, "impossible": 0.001}, samples=2,
-                               sampling=Sampling(max_tokens=3, temperature=1.0))
+            return ValuePrompt(
+                prompt=lambda p, n: "value: " + n.path_text(include_root=False) + "\n",
+                labels={"sure": 20.0, "likely": 1.0, "impossible": 0.001},
+                samples=2,
+                sampling=Sampling(max_tokens=3, temperature=1.0),
+            )
         if self.config.kind == "logprob":
             return LogProb()
         return Verifier(lambda problem, node: sum(ch.isdigit() for ch in node.path_text(include_root=False)) / 10)
@@ -137,10 +142,17 @@ def test_every_strategy_returns_the_same_tree(tiny_lm, make, kind, temperature):
     drafted_before = lm.stats.draft_tokens
     trees = []
     # Greedy and sampled runs between them cover both drafters and every shape.
-    specs = ((Speculative(drafter=Echo(lm.draft_twin), shape="dynamic", adaptive=False),
-              Speculative(drafter="lookup", shape="chain", adaptive=False, max_depth=4)) if temperature == 0 else
-             (Speculative(drafter=Echo(lm.draft_twin, noise=True), shape="tree", top_k=2, adaptive=False),
-              Speculative(drafter="lookup", shape="dynamic", max_nodes=6)))
+    specs = (
+        (
+            Speculative(drafter=Echo(lm.draft_twin), shape="dynamic", adaptive=False),
+            Speculative(drafter="lookup", shape="chain", adaptive=False, max_depth=4),
+        )
+        if temperature == 0
+        else (
+            Speculative(drafter=Echo(lm.draft_twin, noise=True), shape="tree", top_k=2, adaptive=False),
+            Speculative(drafter="lookup", shape="dynamic", max_nodes=6),
+        )
+    )
     for spec in specs:
         lm.speculative = spec
         trees.append(search(task, make(), lm, problem="4 5 6 10", seed=2).tree)
@@ -164,10 +176,17 @@ def arch_lm(arch_model_dir) -> LM:
 def test_every_architecture_and_shape_decodes_the_same_tokens(arch_lm, shape):
     lm = arch_lm
     sampling = Sampling(max_tokens=10, temperature=1.0, top_k=20, top_p=0.9)
-    spec = Sampling(max_tokens=10, temperature=1.0, top_k=20, top_p=0.9,
-                    speculative=Speculative(drafter=Echo(lm.draft_twin), shape=shape, adaptive=False, max_nodes=6))
-    with ThoughtTree(lm, prompt="the quick brown fox", seed=4) as a, ThoughtTree(lm, prompt="the quick brown fox",
-                                                                                 seed=4) as b:
+    spec = Sampling(
+        max_tokens=10,
+        temperature=1.0,
+        top_k=20,
+        top_p=0.9,
+        speculative=Speculative(drafter=Echo(lm.draft_twin), shape=shape, adaptive=False, max_nodes=6),
+    )
+    with (
+        ThoughtTree(lm, prompt="the quick brown fox", seed=4) as a,
+        ThoughtTree(lm, prompt="the quick brown fox", seed=4) as b,
+    ):
         a.expand([a.root], n=3, sampling=sampling)
         b.expand([b.root], n=3, sampling=spec)
         same_trees(a, b)
@@ -176,8 +195,10 @@ def test_every_architecture_and_shape_decodes_the_same_tokens(arch_lm, shape):
 
 def ends_inside_drafts(lm: LM, sampling: Sampling) -> None:
     """Decode with and without a draft of the target's own tokens; the same children must come out."""
-    with ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.", seed=7) as plain, \
-            ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.", seed=7) as drafted:
+    with (
+        ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.", seed=7) as plain,
+        ThoughtTree(lm, prompt="Use 4 5 6 10 to make 24.", seed=7) as drafted,
+    ):
         plain.expand([plain.root], n=3, sampling=sampling)
         spec = Speculative(drafter=Echo(lm.draft_twin), shape="chain", adaptive=False, max_depth=8)
         drafted.expand([drafted.root], n=3, sampling=Sampling(**{**sampling.__dict__, "speculative": spec}))
@@ -232,8 +253,9 @@ def test_sampled_distribution_is_the_targets(bundled_lm):
     spec = Speculative(drafter=Echo(lm.draft_twin), shape="tree", top_k=2, adaptive=False, max_depth=2)
     before = lm.stats.accepted_tokens
     with ThoughtTree(lm, prompt=prompt, seed=11) as tree:
-        kids = tree.expand([tree.root], n=400, sampling=Sampling(max_tokens=2, temperature=1.0, ignore_eos=True,
-                                                                 speculative=spec))[0]
+        kids = tree.expand(
+            [tree.root], n=400, sampling=Sampling(max_tokens=2, temperature=1.0, ignore_eos=True, speculative=spec)
+        )[0]
         first = Counter(k.tokens[0] for k in kids).most_common(1)[0][0]
         seconds = Counter(k.tokens[1] for k in kids if k.tokens[0] == first)
         probs = torch.softmax(lm.tree_logits([lm.encode(prompt) + [first]])[0], dim=-1)

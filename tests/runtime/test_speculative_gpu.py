@@ -21,14 +21,19 @@ def test_speculation_on_the_gpu_keeps_the_tokens(drafter):
     children must match plain decoding whole, and every draft's KV must be freed each step."""
     lm = LM.from_pretrained(bundled_model_path(), device="cuda")
     lm.engine.after_step = lambda: lm.kv.check_integrity()
-    spec = Speculative(drafter=DraftModel(LM.from_pretrained(bundled_model_path(), device="cuda"))
-                       if drafter == "twin" else "lookup", adaptive=False)
+    spec = Speculative(
+        drafter=DraftModel(LM.from_pretrained(bundled_model_path(), device="cuda")) if drafter == "twin" else "lookup",
+        adaptive=False,
+    )
     trees = []
     for speculative in (None, spec):
         tree = ThoughtTree(lm, prompt="Input: 4 5 6 10\nSteps:\n", seed=3)
         for _ in range(2):
-            tree.expand(tree.frontier()[:4], n=8, sampling=Sampling(max_tokens=32, temperature=0.7, stop="\n",
-                                                                     speculative=speculative))
+            tree.expand(
+                tree.frontier()[:4],
+                n=8,
+                sampling=Sampling(max_tokens=32, temperature=0.7, stop="\n", speculative=speculative),
+            )
         trees.append(tree)
     same = sum(a.tokens == b.tokens for a, b in zip(trees[0].nodes, trees[1].nodes))
     assert same >= 0.8 * len(trees[0].nodes)

@@ -20,20 +20,34 @@ LONG = "9" * 5000
 
 _digits = st.integers(min_value=1, max_value=20_000).map(lambda n: "9" * n)
 _numbers = st.one_of(
-    _digits, _digits.map(lambda d: "-" + d), _digits.map(lambda d: d + ".5"), _digits.map(lambda d: "1e" + d),
-    _digits.map(lambda d: "0." + d), st.from_regex(r"[+-]?\d{0,30}\.?\d{0,30}([eE][+-]?\d{1,30})?", fullmatch=True),
+    _digits,
+    _digits.map(lambda d: "-" + d),
+    _digits.map(lambda d: d + ".5"),
+    _digits.map(lambda d: "1e" + d),
+    _digits.map(lambda d: "0." + d),
+    st.from_regex(r"[+-]?\d{0,30}\.?\d{0,30}([eE][+-]?\d{1,30})?", fullmatch=True),
 )
 _tokens = st.one_of(_numbers, st.text(max_size=30), st.sampled_from(["nan", "inf", "-inf", "NaN", "1e", ".", "+-1"]))
 _outputs = st.one_of(
-    st.text(), st.binary().map(lambda b: b.decode("utf-8", "replace")),
-    st.lists(_tokens, max_size=20).map(" ".join), st.lists(_tokens, max_size=20).map("\n".join),
+    st.text(),
+    st.binary().map(lambda b: b.decode("utf-8", "replace")),
+    st.lists(_tokens, max_size=20).map(" ".join),
+    st.lists(_tokens, max_size=20).map("\n".join),
     st.integers(min_value=0, max_value=5000).map(lambda n: "\n" * n),
 )
 _values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20), st.binary(max_size=20),
-              st.integers(min_value=1, max_value=20_000).map(lambda n: 10**n - 1)),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
-                            st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=20),
+        st.binary(max_size=20),
+        st.integers(min_value=1, max_value=20_000).map(lambda n: 10**n - 1),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=20,
 )
 
@@ -55,8 +69,21 @@ def test_the_value_judge_answers_every_value(value, expected):
 def test_a_record_of_any_output_gets_a_verdict(stdout, expected, value):
     """The records a driver sends carry what the program printed or returned: any of it is judged."""
     for fn_name, want in ((None, expected), ("f", [expected])):
-        line = sandbox_run.json.dumps({"i": 0, "exit": 0, "timeout": False, "output_limit": False, "stdout": stdout,
-                                       "stderr": stdout, "value": value, "time": 0.1}).encode() + b"\n"
+        line = (
+            sandbox_run.json.dumps(
+                {
+                    "i": 0,
+                    "exit": 0,
+                    "timeout": False,
+                    "output_limit": False,
+                    "stdout": stdout,
+                    "stderr": stdout,
+                    "value": value,
+                    "time": 0.1,
+                }
+            ).encode()
+            + b"\n"
+        )
         records = _Records([([], want)], fn_name)
         records.take(_Records.READY)
         records.take(line)
@@ -112,8 +139,12 @@ def test_one_program_never_changes_another_programs_verdicts(monkeypatch):
 def test_check_program_never_tracebacks_on_hostile_output(tmp_path: Path):
     program = tmp_path / "hostile.py"
     program.write_text(f"import sys\nprint('{LONG}')\nsys.stderr.write('[/bold] [red]\\x00\\xff\\n')\n")
-    done = subprocess.run([sys.executable, "-m", "thoughttree", "check-program", str(program), "--problem", "1604"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "thoughttree", "check-program", str(program), "--problem", "1604"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "Traceback" not in done.stderr + done.stdout, done.stderr
     assert done.returncode == 1 and "wrong_answer" in done.stdout
 

@@ -31,8 +31,9 @@ class Server:
     def __init__(self, port: int, process: subprocess.Popen) -> None:
         self.port, self.process, self.api_key = port, process, API_KEY
         self.base_url = f"http://127.0.0.1:{port}/v1"
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
-                                 headers={"Authorization": f"Bearer {API_KEY}"})
+        self.http = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"Authorization": f"Bearer {API_KEY}"}
+        )
 
     def health(self, check: bool = False) -> dict:
         response = self.http.get("/health", params={"check": "true"} if check else None)
@@ -58,9 +59,24 @@ def server() -> Iterator[Server]:
     # One thread per process: the server and the test process share the cores with each other.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "THOUGHTTREE_API_KEY": API_KEY, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "thoughttree", "serve", "--port", str(port), "--device", "cpu",
-         "--chat-template", "plain", "--max-n", "64"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "thoughttree",
+            "serve",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--chat-template",
+            "plain",
+            "--max-n",
+            "64",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     srv = Server(port, process)
     deadline = time.monotonic() + 120

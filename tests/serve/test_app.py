@@ -17,8 +17,12 @@ def test_chat_without_a_template_and_a_full_queue(local_lm) -> None:
         assert chat.status_code == 400 and chat.json()["error"]["code"] == "no_chat_template"
         busy = http.post("/v1/completions", json={"model": "game24", "prompt": PROMPT, "max_tokens": 4})
         assert busy.status_code == 429
-        assert busy.json()["error"] | {"message": ""} == {"message": "", "type": "rate_limit_error", "param": None,
-                                                           "code": "server_busy"}
+        assert busy.json()["error"] | {"message": ""} == {
+            "message": "",
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "server_busy",
+        }
         too_big = http.post("/v1/completions", json={"model": "game24", "prompt": PROMPT, "max_tokens": 200, "n": 256})
         assert too_big.status_code == 400 and "lower n" in too_big.json()["error"]["message"]
         assert http.get("/health").json()["kv"]["pages_used"] == 0

@@ -12,8 +12,23 @@ from thoughttree.serve.client import Client, RemoteConfig, RemoteError
 from thoughttree.serve.remote import RemoteLM
 from thoughttree.tasks.evaluate import LabelProbs
 
-BFS = ["game24", "--device", "cpu", "--method", "bfs", "--puzzle", "4 5 6 10", "--prompts", "compact",
-       "--breadth", "2", "--samples", "4", "--seed", "3"]
+BFS = [
+    "game24",
+    "--device",
+    "cpu",
+    "--method",
+    "bfs",
+    "--puzzle",
+    "4 5 6 10",
+    "--prompts",
+    "compact",
+    "--breadth",
+    "2",
+    "--samples",
+    "4",
+    "--seed",
+    "3",
+]
 
 
 def _nodes(path) -> list[dict]:
@@ -26,8 +41,24 @@ def test_game24_bfs_against_the_server_grows_the_local_tree(server, local_lm, tm
     monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
     local, remote = tmp_path / "local.json", tmp_path / "remote.json"
     assert main([*BFS, "--value", value, "--output", str(local)]) == 0
-    assert main([*BFS, "--value", value, "--output", str(remote), "--model", server.base_url,
-                 "--remote-model", "game24", "--remote-tokenizer", "bundled"]) == 0
+    assert (
+        main(
+            [
+                *BFS,
+                "--value",
+                value,
+                "--output",
+                str(remote),
+                "--model",
+                server.base_url,
+                "--remote-model",
+                "game24",
+                "--remote-tokenizer",
+                "bundled",
+            ]
+        )
+        == 0
+    )
     mine, theirs = _nodes(local), _nodes(remote)
     assert len(mine) == len(theirs) > 4
     for a, b in zip(mine, theirs):
@@ -60,8 +91,13 @@ def test_retries_429_and_5xx_then_gives_up_with_the_servers_message() -> None:
         calls.append(json.loads(request.content))
         if len(calls) < 3:
             return httpx.Response(429 if len(calls) == 1 else 503, json={"error": {"message": "slow down"}})
-        return httpx.Response(200, json={"choices": [{"index": 0, "text": "ab", "finish_reason": "length"}],
-                                         "usage": {"prompt_tokens": 2, "completion_tokens": 2}})
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"index": 0, "text": "ab", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 2, "completion_tokens": 2},
+            },
+        )
 
     lm = _fake(handler)
     from thoughttree import Sampling
@@ -80,8 +116,14 @@ def test_retries_429_and_5xx_then_gives_up_with_the_servers_message() -> None:
 
 
 def test_tree_logits_without_logprobs_names_the_evaluators() -> None:
-    lm = _fake(lambda r: _models(r) or httpx.Response(
-        200, json={"choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": "length"}]}))
+    lm = _fake(
+        lambda r: (
+            _models(r)
+            or httpx.Response(
+                200, json={"choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": "length"}]}
+            )
+        )
+    )
     with pytest.raises(RemoteError, match="LabelProbs and LogProb"):
         LabelProbs(prompt=lambda p, n: "x", labels={"a": 1.0, "b": 0.0}).score(lm, ["question"])
 

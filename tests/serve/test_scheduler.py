@@ -41,6 +41,7 @@ def test_jobs_wait_for_kv_room_and_all_finish(local_lm) -> None:
             running.add(scheduler.usage()["running"])
             if sum(tokens) == 3 * 4 * 40:
                 done.set()
+
         return take
 
     scheduler.start()

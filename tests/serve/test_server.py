@@ -41,7 +41,13 @@ def test_models_and_health(client, server) -> None:
 @pytest.mark.parametrize("n", [1, 4, 16])
 def test_seeded_completion_draws_the_tokens_of_offline_expand(client, local_lm, n: int) -> None:
     answer = client.completions.create(
-        model="game24", prompt=PROMPT, n=n, max_tokens=40, seed=7 + n, stop=["\n"], logprobs=0,
+        model="game24",
+        prompt=PROMPT,
+        n=n,
+        max_tokens=40,
+        seed=7 + n,
+        stop=["\n"],
+        logprobs=0,
         extra_body={"return_tokens_as_token_ids": True},
     )
     kids = _offline(local_lm, PROMPT, n, Sampling(max_tokens=40, stop="\n", seed=7 + n))
@@ -56,8 +62,9 @@ def test_seeded_completion_draws_the_tokens_of_offline_expand(client, local_lm, 
 
 
 def test_stop_string_kept_on_request(client, local_lm) -> None:
-    answer = client.completions.create(model="game24", prompt=PROMPT, max_tokens=40, seed=3, stop="\n",
-                                       extra_body={"include_stop_str_in_output": True})
+    answer = client.completions.create(
+        model="game24", prompt=PROMPT, max_tokens=40, seed=3, stop="\n", extra_body={"include_stop_str_in_output": True}
+    )
     kid = _offline(local_lm, PROMPT, 1, Sampling(max_tokens=40, stop="\n", seed=3))[0]
     assert answer.choices[0].text == kid.text and kid.text.endswith("\n")
 
@@ -66,8 +73,9 @@ def test_streamed_completion_equals_the_whole_answer(client) -> None:
     whole = client.completions.create(model="game24", prompt=PROMPT, n=3, max_tokens=40, seed=11, stop="\n")
     pieces = {0: "", 1: "", 2: ""}
     finish = {}
-    for chunk in client.completions.create(model="game24", prompt=PROMPT, n=3, max_tokens=40, seed=11, stop="\n",
-                                           stream=True):
+    for chunk in client.completions.create(
+        model="game24", prompt=PROMPT, n=3, max_tokens=40, seed=11, stop="\n", stream=True
+    ):
         for c in chunk.choices:
             pieces[c.index] += c.text
             if c.finish_reason:
@@ -82,8 +90,9 @@ def test_chat_whole_and_streamed(client) -> None:
     assert len(whole.choices) == 2 and all(c.message.role == "assistant" for c in whole.choices)
     assert whole.choices[0].message.content
     text = ""
-    for chunk in client.chat.completions.create(model="game24", messages=messages, max_tokens=24, seed=5,
-                                                stream=True, stream_options={"include_usage": True}):
+    for chunk in client.chat.completions.create(
+        model="game24", messages=messages, max_tokens=24, seed=5, stream=True, stream_options={"include_usage": True}
+    ):
         if chunk.choices:
             text += chunk.choices[0].delta.content or ""
         else:
@@ -92,8 +101,16 @@ def test_chat_whole_and_streamed(client) -> None:
 
 
 def test_best_of_keeps_the_most_likely(client, local_lm) -> None:
-    answer = client.completions.create(model="game24", prompt=PROMPT, n=2, best_of=6, max_tokens=30, seed=9,
-                                       logprobs=0, extra_body={"return_tokens_as_token_ids": True})
+    answer = client.completions.create(
+        model="game24",
+        prompt=PROMPT,
+        n=2,
+        best_of=6,
+        max_tokens=30,
+        seed=9,
+        logprobs=0,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
     kids = _offline(local_lm, PROMPT, 6, Sampling(max_tokens=30, seed=9))
     best = sorted(sorted(kids, key=lambda k: -k.logprob)[:2], key=lambda k: k.id)
     assert [_ids(c) for c in answer.choices] == [k.tokens for k in best]
@@ -104,13 +121,20 @@ def test_64_concurrent_clients(server, local_lm) -> None:
 
     async def ask(aclient: openai.AsyncOpenAI, i: int) -> list[int]:
         answer = await aclient.completions.create(
-            model="game24", prompt=PROMPTS[i % 2], max_tokens=32, seed=100 + i, stop="\n", logprobs=0,
-            extra_body={"return_tokens_as_token_ids": True})
+            model="game24",
+            prompt=PROMPTS[i % 2],
+            max_tokens=32,
+            seed=100 + i,
+            stop="\n",
+            logprobs=0,
+            extra_body={"return_tokens_as_token_ids": True},
+        )
         return _ids(answer.choices[0])
 
     async def main() -> list[list[int]]:
-        async with openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0,
-                                      timeout=120) as ac:
+        async with openai.AsyncOpenAI(
+            base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=120
+        ) as ac:
             return await asyncio.gather(*(ask(ac, i) for i in range(64)))
 
     before = server.health()["engine"]["prefill_tokens"]
@@ -129,10 +153,18 @@ def test_64_concurrent_clients(server, local_lm) -> None:
 
 
 def test_disconnected_stream_frees_its_kv(server) -> None:
-    body = {"model": "game24", "prompt": PROMPT, "n": 16, "max_tokens": 200, "ignore_eos": True, "stream": True,
-            "temperature": 1.0}
-    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60,
-                      headers={"Authorization": f"Bearer {server.api_key}"}) as http:
+    body = {
+        "model": "game24",
+        "prompt": PROMPT,
+        "n": 16,
+        "max_tokens": 200,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 1.0,
+    }
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{server.port}", timeout=60, headers={"Authorization": f"Bearer {server.api_key}"}
+    ) as http:
         with http.stream("POST", "/v1/completions", json=body) as response:
             assert response.status_code == 200
             lines = response.iter_lines()
@@ -164,8 +196,9 @@ def _error(response: httpx.Response, status: int) -> dict:
 def test_bad_requests_get_openai_errors_and_the_server_goes_on(server, client) -> None:
     http = server.http
     ok = {"model": "game24", "prompt": PROMPT, "max_tokens": 4}
-    error = _error(http.post("/v1/completions", content=b"{not json", headers={"Content-Type": "application/json"}),
-                   400)
+    error = _error(
+        http.post("/v1/completions", content=b"{not json", headers={"Content-Type": "application/json"}), 400
+    )
     assert "JSON" in error["message"]
     assert _error(http.post("/v1/completions", json={**ok, "bogus": 1}), 400)["param"] == "bogus"
     assert _error(http.post("/v1/completions", json={**ok, "max_tokens": 10**9}), 400)["param"] == "max_tokens"
@@ -180,7 +213,8 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(server, client) -
     assert _error(wrong, 401)["code"] == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.base_url, api_key="nope", max_retries=0).completions.create(
-            model="game24", prompt=PROMPT, max_tokens=2)
+            model="game24", prompt=PROMPT, max_tokens=2
+        )
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model="game24", prompt=PROMPT, max_tokens=2, extra_body={"bogus": True})
     answer = client.completions.create(model="game24", prompt=PROMPT, max_tokens=4)

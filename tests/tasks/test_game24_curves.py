@@ -25,8 +25,10 @@ def test_a_search_counts_a_puzzle_from_the_tokens_it_took_to_solve_it() -> None:
 
 
 def test_best_of_k_takes_the_samples_that_fit_the_budget() -> None:
-    entries = [_samples((60, False, -0.1), (60, True, -0.5), (60, True, -0.2)),
-               _samples((60, True, -0.3), (60, False, -0.1))]
+    entries = [
+        _samples((60, False, -0.1), (60, True, -0.5), (60, True, -0.2)),
+        _samples((60, True, -0.3), (60, False, -0.1)),
+    ]
     checker = best_of_curve("io", entries, [50, 60, 120, 180], "checker")
     assert checker.success == (0.0, 0.5, 1.0, 1.0)
     by_logprob = best_of_curve("io", entries, [50, 60, 120, 180], "logprob")

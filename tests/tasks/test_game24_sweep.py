@@ -21,19 +21,34 @@ def test_settings_are_chosen_on_validation_and_the_test_range_runs_once_each(tmp
 
     def run_game24(lm, run):
         runs.append(run)
-        good = {"bfs": run.distinct and run.samples == 20, "mcts": run.rule == "puct" and run.widening is None,
-                "beam": run.distinct}.get(run.method, False)
-        problems = [{"problem": str(i), "result": {"correct": good, "statistics": {"generated_tokens": 1000.0},
-                                                   "samples": [{"tokens": 50, "correct": False, "logprob": -1.0}] * 8}}
-                    for i in run.indices]
-        totals = {"success_rate": 1.0 if good else 0.5, "puzzles": len(problems),
-                  "generated_tokens": 1000 * len(problems)}
+        good = {
+            "bfs": run.distinct and run.samples == 20,
+            "mcts": run.rule == "puct" and run.widening is None,
+            "beam": run.distinct,
+        }.get(run.method, False)
+        problems = [
+            {
+                "problem": str(i),
+                "result": {
+                    "correct": good,
+                    "statistics": {"generated_tokens": 1000.0},
+                    "samples": [{"tokens": 50, "correct": False, "logprob": -1.0}] * 8,
+                },
+            }
+            for i in run.indices
+        ]
+        totals = {
+            "success_rate": 1.0 if good else 0.5,
+            "puzzles": len(problems),
+            "generated_tokens": 1000 * len(problems),
+        }
         return type("Outcome", (), {"run": RunFile(meta={}, problems=problems, totals=totals)})()
 
     monkeypatch.setattr(sweep, "run_game24", run_game24)
     monkeypatch.setattr(sweep, "load_model", lambda *a: type("LM", (), {"device": type("D", (), {"type": "cpu"})()})())
-    monkeypatch.setattr(sys, "argv", ["game24_sweep.py", "--out", str(tmp_path), "--validation", "800-804",
-                                      "--test", "900-904"])
+    monkeypatch.setattr(
+        sys, "argv", ["game24_sweep.py", "--out", str(tmp_path), "--validation", "800-804", "--test", "900-904"]
+    )
     assert sweep.main() == 0
     record = json.loads((tmp_path / "sweep.json").read_text())
     searches = [r for r in runs if r.method in ("bfs", "mcts", "beam")]

@@ -47,17 +47,43 @@ def test_curves_of_every_row_on_a_named_range(tmp_path, monkeypatch, capsys) -> 
     def run_game24(lm, run):
         runs.append(run)
         sample = {"tokens": 40, "correct": True, "logprob": -0.5}
-        problems = [{"problem": str(i), "result": {"correct": True, "statistics": {"generated_tokens": 500.0},
-                                                   "samples": [sample] * run.k}} for i in run.indices]
-        totals = {"success_rate": 1.0, "puzzles": len(problems), "generated_tokens": 500 * len(problems),
-                  "prefill_tokens": 0, "wall_time": 1.0, "average_sample_accuracy": 1.0}
+        problems = [
+            {
+                "problem": str(i),
+                "result": {"correct": True, "statistics": {"generated_tokens": 500.0}, "samples": [sample] * run.k},
+            }
+            for i in run.indices
+        ]
+        totals = {
+            "success_rate": 1.0,
+            "puzzles": len(problems),
+            "generated_tokens": 500 * len(problems),
+            "prefill_tokens": 0,
+            "wall_time": 1.0,
+            "average_sample_accuracy": 1.0,
+        }
         return type("Outcome", (), {"run": RunFile(meta={}, problems=problems, totals=totals)})()
 
     monkeypatch.setattr(table, "run_game24", run_game24)
     monkeypatch.setattr(table, "load_model", lambda *a: type("LM", (), {"device": type("D", (), {"type": "cpu"})()})())
-    monkeypatch.setattr(sys, "argv", ["game24_table.py", "--methods", "bfs", "--range", "800-801", "--distinct",
-                                      "--token-budget", "900", "--png", str(tmp_path / "c.png"),
-                                      "--out", str(tmp_path)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "game24_table.py",
+            "--methods",
+            "bfs",
+            "--range",
+            "800-801",
+            "--distinct",
+            "--token-budget",
+            "900",
+            "--png",
+            str(tmp_path / "c.png"),
+            "--out",
+            str(tmp_path),
+        ],
+    )
     table.main()
     assert all(r.indices == (800, 801) and r.distinct for r in runs)
     assert [r.max_tokens_per_problem for r in runs if r.method == "bfs"] == [900, 900]

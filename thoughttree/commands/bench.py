@@ -52,8 +52,15 @@ def add_bench(sub: Subparsers) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     if is_remote(args.model):
         raise CliError("bench times the local runtime; time a server with benchmarks/serve.py")
-    lm = load_model(args.model, args.device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout,
-                    speculative=args.speculative)
+    lm = load_model(
+        args.model,
+        args.device,
+        args.dtype,
+        args.attention,
+        args.tensor_parallel,
+        args.collective_timeout,
+        speculative=args.speculative,
+    )
     if args.tokens >= lm.max_context:
         raise CliError(f"--tokens {args.tokens} leaves no room for a prompt in the model's context of {lm.max_context}")
     if args.prompt_tokens is None:

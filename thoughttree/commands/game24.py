@@ -24,7 +24,7 @@ from .common import CliError, at_least, method_options
 from ..search.game24_methods import METHODS, Game24Run, check_prompts_fit, check_sizes_fit, run_game24
 from .launch import add_data_parallel, join_launch
 from .model import (
-    ATTENTION, add_model_arguments, add_speculative, check_device, is_bundled, is_remote, load_model, remote_options,
+    ATTENTION, add_model_arguments, add_speculative, check_device, is_bundled, load_model, remote_options,
 )
 
 if TYPE_CHECKING:
@@ -72,8 +72,9 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--rule", choices=("uct", "puct"),
                    help="MCTS selection: uct (default), or puct with the model's proposal probabilities as priors")
     p.add_argument("--token-budget", "--max-tokens-per-problem", dest="max_tokens_per_problem", type=at_least(1),
-                   default=None, metavar="N", help="generated tokens per puzzle: a search stops before its next round once "
-                                      "they are spent, and one that ends unsolved before starts again")
+                   default=None, metavar="N",
+                   help="generated tokens per puzzle: a search stops before its next round once they are spent, "
+                        "and one that ends unsolved before starts again")
     p.add_argument("--no-restarts", dest="restarts", action="store_false",
                    help="with --token-budget, end a puzzle when its first search ends")
     p.add_argument("--distinct", action="store_true",

@@ -28,9 +28,13 @@ def _counts(text: str) -> tuple[int, ...]:
 def add_warmup(sub: Subparsers) -> None:
     p = sub.add_parser("warmup", help="compile the GPU kernels for a model and batch sizes into the persistent cache")
     add_model_arguments(p)
-    p.add_argument("--branches", type=_counts, default=BRANCHES, metavar="N,N,...",
-                   help="children decoded together, one warm-up per count (default "
-                        f"{','.join(str(n) for n in BRANCHES)})")
+    p.add_argument(
+        "--branches",
+        type=_counts,
+        default=BRANCHES,
+        metavar="N,N,...",
+        help=f"children decoded together, one warm-up per count (default {','.join(str(n) for n in BRANCHES)})",
+    )
     p.add_argument("--prompt-tokens", type=at_least(1), help="prompt length (default 2048, or what fits the context)")
     p.add_argument("--tokens", type=at_least(1), default=4, help="tokens generated per branch (default 4)")
     p.set_defaults(run=run_warmup)
@@ -57,12 +61,18 @@ def run_warmup(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     for shape in report.shapes:
-        print(f"warmup: {shape.branches} branches on a {report.prompt_tokens}-token prompt: {shape.seconds:.2f} s, "
-              f"{shape.forward_steps} steps, {shape.graph_captures} graphs captured")
+        print(
+            f"warmup: {shape.branches} branches on a {report.prompt_tokens}-token prompt: {shape.seconds:.2f} s, "
+            f"{shape.forward_steps} steps, {shape.graph_captures} graphs captured"
+        )
     if report.compiles:
-        print(f"warmup: kernels compiled for {report.device} ({report.attention} attention) are kept in {cache} "
-              f"({CACHE_ENV}); later processes load them from there")
+        print(
+            f"warmup: kernels compiled for {report.device} ({report.attention} attention) are kept in {cache} "
+            f"({CACHE_ENV}); later processes load them from there"
+        )
     else:
-        print(f"warmup: {report.device} with {report.attention} attention compiles no Triton kernels (the CPU runs "
-              "PyTorch or the Triton interpreter); nothing kept")
+        print(
+            f"warmup: {report.device} with {report.attention} attention compiles no Triton kernels (the CPU runs "
+            "PyTorch or the Triton interpreter); nothing kept"
+        )
     return 0

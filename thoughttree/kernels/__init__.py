@@ -8,12 +8,12 @@ from .cache import use_persistent_cache
 
 use_persistent_cache()
 
-from .attention import BACKENDS, tree_attention
-from .plan.tree_plan import TreePlan, plan_tree_attention
-from .reference import store_kv_reference, tree_attention_reference
-from .store import store_kv
-from .plan.workplan import WorkConfig
-from .deft import deft_tree_attention, per_sequence_attention
+from .attention import BACKENDS, tree_attention  # noqa: E402 (after the cache is named)
+from .plan.tree_plan import TreePlan, plan_tree_attention  # noqa: E402 (after the cache is named)
+from .reference import store_kv_reference, tree_attention_reference  # noqa: E402 (after the cache is named)
+from .store import store_kv  # noqa: E402 (after the cache is named)
+from .plan.workplan import WorkConfig  # noqa: E402 (after the cache is named)
+from .deft import deft_tree_attention, per_sequence_attention  # noqa: E402 (after the cache is named)
 
 __all__ = [
     "BACKENDS",

@@ -33,7 +33,11 @@ class DecodeBatch:
     generated segments are ``tails``."""
 
     def __init__(
-        self, engine: Engine, ids: Sequence[int], requests: Sequence[DecodeRequest], tails: Sequence[Segment],
+        self,
+        engine: Engine,
+        ids: Sequence[int],
+        requests: Sequence[DecodeRequest],
+        tails: Sequence[Segment],
         start: bool = True,
     ) -> None:
         """Plan the run (host work only); with ``start``, also :meth:`start` it."""
@@ -58,8 +62,14 @@ class DecodeBatch:
         )
         tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
         self.work = decode_work(
-            plan, [t.slot_array for t in self.tails], tail_cap, engine.model.num_heads, engine.model.num_kv_heads, cfg.head_dim,
-            engine.decode_work_config, share=engine.attention == "deft",
+            plan,
+            [t.slot_array for t in self.tails],
+            tail_cap,
+            engine.model.num_heads,
+            engine.model.num_kv_heads,
+            cfg.head_dim,
+            engine.decode_work_config,
+            share=engine.attention == "deft",
         )
         params = [r.sampling for r in self.requests]
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)

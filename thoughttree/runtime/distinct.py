@@ -148,8 +148,9 @@ class _Search:
         from .engine import DecodeRequest, _Ends
 
         self.engine, self.requests = engine, list(requests)
-        self.ends = _Ends([DecodeRequest(r.parent, r.sampling, r.seed) for r in requests], engine.eos,
-                          engine.max_context)
+        self.ends = _Ends(
+            [DecodeRequest(r.parent, r.sampling, r.seed) for r in requests], engine.eos, engine.max_context
+        )
         keys = [int(r.seed) & ((1 << 63) - 1) for r in requests]
         self.groups: list[list[_Beam]] = [
             [_Beam(g, r.parent, False, [], [], 0.0, root_gumbel(key), key)]
@@ -225,8 +226,16 @@ class _Search:
                 seg = beam.seg if in_place else kv.open_child(beam.seg)
                 segs.append(seg)
                 tokens.append(c.token)
-                child = _Beam(beam.group, seg, True, beam.tokens + [c.token], beam.logprobs + [c.logprob], c.phi,
-                              c.perturbed, child_key(beam.key, c.token))
+                child = _Beam(
+                    beam.group,
+                    seg,
+                    True,
+                    beam.tokens + [c.token],
+                    beam.logprobs + [c.logprob],
+                    c.phi,
+                    c.perturbed,
+                    child_key(beam.key, c.token),
+                )
                 fresh.append(child)
                 self.groups[beam.group].append(child)
             if beam.own and not in_place:
@@ -269,8 +278,18 @@ class _Search:
             for b in g:
                 b.seg.sealed = True
                 b.own = False  # handed to the caller
-                outs.append(DistinctDecoded(b.seg, b.tokens, b.logprobs, self.engine.detokenize(b.tokens), b.reason,
-                                            b.phi, b.perturbed, kappa))
+                outs.append(
+                    DistinctDecoded(
+                        b.seg,
+                        b.tokens,
+                        b.logprobs,
+                        self.engine.detokenize(b.tokens),
+                        b.reason,
+                        b.phi,
+                        b.perturbed,
+                        kappa,
+                    )
+                )
             out.append(outs)
         return out
 
@@ -288,8 +307,9 @@ def decode_distinct(engine: Engine, requests: Sequence[DistinctRequest]) -> list
         if r.n < 1:
             raise ValueError(f"a distinct request needs n >= 1, got {r.n}")
         if r.parent.end >= engine.max_context:
-            raise ValueError(f"a path of {r.parent.end} tokens leaves no room in the model's context of "
-                             f"{engine.max_context}")
+            raise ValueError(
+                f"a path of {r.parent.end} tokens leaves no room in the model's context of {engine.max_context}"
+            )
     search = _Search(engine, requests)
     try:
         while beams := search.expanding():
@@ -302,14 +322,26 @@ def decode_distinct(engine: Engine, requests: Sequence[DistinctRequest]) -> list
 
 def generation(out: DistinctDecoded) -> Generation:
     """A :class:`Generation` of ``out`` whose ``extra`` carries its sampling-without-replacement numbers."""
-    extra = {"sample_logprob": out.sample_logprob, "perturbed": out.perturbed, "threshold": out.threshold,
-             "inclusion": out.inclusion}
-    return Generation(tokens=out.tokens, text=out.text, logprob=float(sum(out.logprobs)), token_logprobs=out.logprobs,
-                      finish_reason=out.finish_reason, kv=out.segment, extra=extra)
+    extra = {
+        "sample_logprob": out.sample_logprob,
+        "perturbed": out.perturbed,
+        "threshold": out.threshold,
+        "inclusion": out.inclusion,
+    }
+    return Generation(
+        tokens=out.tokens,
+        text=out.text,
+        logprob=float(sum(out.logprobs)),
+        token_logprobs=out.logprobs,
+        finish_reason=out.finish_reason,
+        kv=out.segment,
+        extra=extra,
+    )
 
 
-def generate_distinct(lm: LM, nodes: Sequence[Node], samples: Sequence[int], sampling: Sampling,
-                      seeds: Sequence[int]) -> list[list[Generation]]:
+def generate_distinct(
+    lm: LM, nodes: Sequence[Node], samples: Sequence[int], sampling: Sampling, seeds: Sequence[int]
+) -> list[list[Generation]]:
     """``samples[i]`` distinct continuations of ``nodes[i]`` (one seed per node); the caller owns their KV."""
     made = lm._attach(nodes)
     try:
@@ -321,8 +353,9 @@ def generate_distinct(lm: LM, nodes: Sequence[Node], samples: Sequence[int], sam
     return [[generation(o) for o in group] for group in outs]
 
 
-def complete_distinct(lm: LM, prompts: Sequence[str | Sequence[int]], n: int, sampling: Sampling,
-                      seeds: Sequence[int]) -> list[list[Generation]]:
+def complete_distinct(
+    lm: LM, prompts: Sequence[str | Sequence[int]], n: int, sampling: Sampling, seeds: Sequence[int]
+) -> list[list[Generation]]:
     """``n`` distinct continuations of each prompt (fresh roots, shared prefixes stored once); KV freed after."""
     if len(seeds) != len(prompts):
         raise ValueError(f"need one seed per prompt, got {len(seeds)} seeds for {len(prompts)} prompts")

@@ -414,7 +414,7 @@ class Engine:
                 ahead = None
                 queued = (still, run.launch(still, from_device=False))
             rows, ticket = queued
-            assert batch is not None  # a step is queued only once a batch exists
+            assert run is not None  # a step is queued only once a batch exists
             limit = ends.limit
             go = [i for i in rows if len(outs[i].tokens) + 1 < limit[i]]
             queued = None

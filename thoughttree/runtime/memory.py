@@ -44,8 +44,13 @@ def _gib(n: int) -> str:
 
 
 def workspace_bytes(
-    cfg: ModelConfig, itemsize: int, graph_max_rows: int, free_bytes: int, eager_rows: int = EAGER_ROWS,
-    num_heads: int | None = None, num_kv_heads: int | None = None,
+    cfg: ModelConfig,
+    itemsize: int,
+    graph_max_rows: int,
+    free_bytes: int,
+    eager_rows: int = EAGER_ROWS,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
 ) -> int:
     """Device bytes a model's steps take besides weights and KV pool.
 
@@ -60,8 +65,9 @@ def workspace_bytes(
     graph_rows = max(1, min(graph_max_rows, GRAPH_ROW_LIMIT))
     # One layer's live activations per row: residual and normed hidden, q/k/v, attention output,
     # gate and up projections and their product.
-    per_row = itemsize * (3 * cfg.hidden_size + (hq + 2 * hkv) * cfg.head_dim + hq * cfg.head_dim
-                          + 3 * cfg.intermediate_size)
+    per_row = itemsize * (
+        3 * cfg.hidden_size + (hq + 2 * hkv) * cfg.head_dim + hq * cfg.head_dim + 3 * cfg.intermediate_size
+    )
     logits_buffer = graph_rows * cfg.vocab_size * itemsize
     graphs = graph_rows * per_row
     eager = eager_rows * per_row + graph_rows * cfg.vocab_size * 4
@@ -70,9 +76,17 @@ def workspace_bytes(
 
 
 def plan_memory(
-    cfg: ModelConfig, *, itemsize: int, page_size: int, free_bytes: int, graph_max_rows: int,
-    num_pages: int | None = None, kv_memory_bytes: int | None = None, num_kv_heads: int | None = None,
-    num_heads: int | None = None, device: str = "the GPU",
+    cfg: ModelConfig,
+    *,
+    itemsize: int,
+    page_size: int,
+    free_bytes: int,
+    graph_max_rows: int,
+    num_pages: int | None = None,
+    kv_memory_bytes: int | None = None,
+    num_kv_heads: int | None = None,
+    num_heads: int | None = None,
+    device: str = "the GPU",
 ) -> MemoryPlan:
     """The KV pool's pages on a device with ``free_bytes`` free (weights already loaded).
 

@@ -55,8 +55,10 @@ def warm_up(lm: LM, *, prompt_tokens: int, branches: Sequence[int], tokens: int 
     Raises ValueError when the prompt and tokens do not fit the model's context or a count is < 1.
     """
     if prompt_tokens < 1 or tokens < 1 or prompt_tokens + tokens > lm.max_context:
-        raise ValueError(f"a {prompt_tokens}-token prompt and {tokens} tokens per branch do not fit the model's "
-                         f"context of {lm.max_context} (each must be at least 1)")
+        raise ValueError(
+            f"a {prompt_tokens}-token prompt and {tokens} tokens per branch do not fit the model's "
+            f"context of {lm.max_context} (each must be at least 1)"
+        )
     if not branches or min(branches) < 1:
         raise ValueError(f"branch counts must be at least 1, got {list(branches)}")
     vocab = lm.config.vocab_size
@@ -77,8 +79,11 @@ def warm_up(lm: LM, *, prompt_tokens: int, branches: Sequence[int], tokens: int 
             import torch
 
             torch.cuda.synchronize(lm.device)
-        shapes.append(WarmedShape(n, time.perf_counter() - start, lm.stats.forward_steps - before[0],
-                                  lm.stats.graph_captures - before[1]))
+        shapes.append(
+            WarmedShape(
+                n, time.perf_counter() - start, lm.stats.forward_steps - before[0], lm.stats.graph_captures - before[1]
+            )
+        )
     compiles = launches_triton(lm) and lm.device.type == "cuda"
     cache = Path(os.environ[CACHE_ENV]) if compiles and os.environ.get(CACHE_ENV) else None
     return WarmupReport(str(lm.device), lm.engine.attention, compiles, cache, prompt_tokens, tuple(shapes))

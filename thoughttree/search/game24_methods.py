@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .runner import Problem, Record, RunOptions, RunOutcome, Solve, model_meta
 from .driver import Budget, SearchError, search
-from .results import SEARCH_FORMAT_VERSION
+from .results import SEARCH_FORMAT_VERSION, SearchResult
 from ..config import Sampling
 from ..strategies import BFS, DFS, MCTS, Beam, BestOfN, Strategy
 from ..tasks.base import Propose, Task
@@ -101,7 +101,8 @@ class Game24Run:
         if self.rule not in ("uct", "puct"):
             raise ValueError(f"--rule must be 'uct' or 'puct', got {self.rule!r}")
         if self.max_tokens_per_problem is not None and self.max_tokens_per_problem < 1:
-            raise ValueError(f"--token-budget (--max-tokens-per-problem) must be >= 1, got {self.max_tokens_per_problem}")
+            raise ValueError("--token-budget (--max-tokens-per-problem) must be >= 1, "
+                             f"got {self.max_tokens_per_problem}")
         if self.temperature is not None and not self.temperature >= 0:
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
         if self.c is not None and not self.c >= 0:
@@ -242,9 +243,10 @@ def game24_solver(lm: Any, run: Game24Run, *, live: bool = False) -> Solve:
         seed = derive_seed(run.seed, text if index is None else index)
         spent, searches = 0, 0
         summed: dict[str, float] = {}  # counters of every search of the puzzle
+        result: SearchResult | None = None
         while True:  # with a token budget, unsolved searches start again (fresh seeds) until it is spent
             task, strategy = run.task_and_strategy()
-            if searches:
+            if result is not None:  # the search before this one, which did not solve the puzzle
                 result.tree.release_kv()
             try:
                 this_seed = derive_seed(seed, searches) if searches else seed

@@ -95,13 +95,18 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
             return
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
-            raise OpenAIError(401, "incorrect or missing API key (send 'Authorization: Bearer KEY')",
-                              code="invalid_api_key")
+            raise OpenAIError(
+                401, "incorrect or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
+            )
 
     def check_model(name: str) -> None:
         if name != config.model_name:
-            raise OpenAIError(404, f"model {name!r} does not exist; this server serves {config.model_name!r}",
-                              param="model", code="model_not_found")
+            raise OpenAIError(
+                404,
+                f"model {name!r} does not exist; this server serves {config.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
     def encode(text: str) -> list[int]:
         bos = getattr(tokenizer, "bos_token", None)
@@ -142,13 +147,18 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
         check_model(body.model)
         body.unsupported()
         if template is None and not getattr(tokenizer, "chat_template", None):
-            raise OpenAIError(400, f"model {config.model_name!r} has no chat template; use /v1/completions, or start "
-                                   "the server with --chat-template plain (or a Jinja template file)",
-                              param="messages", code="no_chat_template")
+            raise OpenAIError(
+                400,
+                f"model {config.model_name!r} has no chat template; use /v1/completions, or start "
+                "the server with --chat-template plain (or a Jinja template file)",
+                param="messages",
+                code="no_chat_template",
+            )
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
-            text = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                                 add_generation_prompt=True)
+            text = tokenizer.apply_chat_template(
+                messages, chat_template=template, tokenize=False, add_generation_prompt=True
+            )
         except Exception as exc:  # jinja raises many types for a template that cannot render these messages
             raise OpenAIError(400, f"the chat template cannot render these messages: {exc}", param="messages") from exc
         plan = plan_jobs(body, [encode(text)], lm, config, chat=True, model=config.model_name, created=created)
@@ -157,13 +167,27 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         check_key(request)
-        return {"object": "list", "data": [{"id": config.model_name, "object": "model", "created": created,
-                                             "owned_by": "thoughttree", "max_model_len": lm.max_context}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": config.model_name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "thoughttree",
+                    "max_model_len": lm.max_context,
+                }
+            ],
+        }
 
     @app.get("/health")
     async def health(check: bool = False) -> Any:
-        body: dict[str, Any] = {"status": "ok", "model": config.model_name, "kv": scheduler.usage(),
-                                "engine": asdict(lm.stats)}
+        body: dict[str, Any] = {
+            "status": "ok",
+            "model": config.model_name,
+            "kv": scheduler.usage(),
+            "engine": asdict(lm.stats),
+        }
         if check:
             loop = asyncio.get_running_loop()
             done: asyncio.Future[Any] = loop.create_future()

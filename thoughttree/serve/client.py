@@ -87,16 +87,26 @@ def _message(response: httpx.Response) -> str:
 class Client:
     """JSON requests to one server with retries and a bounded number in flight."""
 
-    def __init__(self, config: RemoteConfig, *, sleep: Callable[[float], None] = time.sleep,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        config: RemoteConfig,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.config = config
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(config.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
-        self.http = httpx.Client(base_url=config.base_url.rstrip("/") + "/", headers=headers,
-                                 timeout=config.timeout_s, limits=limits, transport=transport)
+        self.http = httpx.Client(
+            base_url=config.base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=config.timeout_s,
+            limits=limits,
+            transport=transport,
+        )
         self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="thoughttree-remote")
         self._sleep = sleep
         self.requests = 0
@@ -114,8 +124,10 @@ class Client:
                 response = self.http.request(method, path.lstrip("/"), json=body)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if last:
-                    raise RemoteError(f"{method} {cfg.base_url}/{path.lstrip('/')}: {type(exc).__name__}: {exc} "
-                                      f"(after {cfg.retries} retries)") from exc
+                    raise RemoteError(
+                        f"{method} {cfg.base_url}/{path.lstrip('/')}: {type(exc).__name__}: {exc} "
+                        f"(after {cfg.retries} retries)"
+                    ) from exc
                 self._wait(attempt, None)
                 continue
             self.requests += 1
@@ -123,12 +135,15 @@ class Client:
                 try:
                     return response.json()
                 except ValueError as exc:
-                    raise RemoteError(f"{method} {path}: the server's answer is not JSON: "
-                                      f"{response.text[:200]!r}") from exc
+                    raise RemoteError(
+                        f"{method} {path}: the server's answer is not JSON: {response.text[:200]!r}"
+                    ) from exc
             if not _retryable(response.status_code) or last:
                 tried = f" (after {cfg.retries} retries)" if last and _retryable(response.status_code) else ""
-                raise RemoteError(f"{method} {cfg.base_url}/{path.lstrip('/')}: HTTP {response.status_code}: "
-                                  f"{_message(response)}{tried}")
+                raise RemoteError(
+                    f"{method} {cfg.base_url}/{path.lstrip('/')}: HTTP {response.status_code}: "
+                    f"{_message(response)}{tried}"
+                )
             self._wait(attempt, response.headers.get("retry-after"))
         raise AssertionError("unreachable")
 

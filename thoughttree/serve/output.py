@@ -85,10 +85,16 @@ def completion_logprobs(
     for name in names:
         offsets.append(at)
         at += len(name)
-    tops = [{token_name(decode, t, as_ids): lp for t, lp in top.items()} if top is not None else None
-            for top in choice.tops[start:stop]]
-    return {"tokens": names, "token_logprobs": choice.logprobs[start:stop], "top_logprobs": tops,
-            "text_offset": offsets}
+    tops = [
+        {token_name(decode, t, as_ids): lp for t, lp in top.items()} if top is not None else None
+        for top in choice.tops[start:stop]
+    ]
+    return {
+        "tokens": names,
+        "token_logprobs": choice.logprobs[start:stop],
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
 
 
 def chat_logprobs(
@@ -98,8 +104,10 @@ def chat_logprobs(
     content = []
     for token, lp, top in zip(choice.tokens[start:stop], choice.logprobs[start:stop], choice.tops[start:stop]):
         name = token_name(decode, token, as_ids)
-        alts = [{"token": token_name(decode, t, as_ids), "logprob": v, "bytes": list(decode([t]).encode())}
-                for t, v in (top or {}).items()]
+        alts = [
+            {"token": token_name(decode, t, as_ids), "logprob": v, "bytes": list(decode([t]).encode())}
+            for t, v in (top or {}).items()
+        ]
         content.append({"token": name, "logprob": lp, "bytes": list(decode([token]).encode()), "top_logprobs": alts})
     return {"content": content}
 

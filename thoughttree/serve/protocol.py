@@ -28,8 +28,14 @@ class OpenAIError(Exception):
         return error_response(self.status, self.message, param=self.param, code=self.code)
 
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -75,8 +81,11 @@ class _Sampled(_Strict):
     def unsupported(self) -> None:
         """OpenAIError for a parameter this server does not implement, set to something other than its default."""
         if self.presence_penalty or self.frequency_penalty:
-            raise OpenAIError(400, "presence_penalty and frequency_penalty are not supported; leave them at 0",
-                              param="presence_penalty")
+            raise OpenAIError(
+                400,
+                "presence_penalty and frequency_penalty are not supported; leave them at 0",
+                param="presence_penalty",
+            )
         if self.logit_bias:
             raise OpenAIError(400, "logit_bias is not supported; leave it out", param="logit_bias")
 
@@ -110,8 +119,9 @@ class ChatMessage(_Strict):
         parts = []
         for part in self.content:
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise OpenAIError(400, "this server reads text message parts only ({'type': 'text', 'text': ...})",
-                                  param="messages")
+                raise OpenAIError(
+                    400, "this server reads text message parts only ({'type': 'text', 'text': ...})", param="messages"
+                )
             parts.append(part["text"])
         return "".join(parts)
 

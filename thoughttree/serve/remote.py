@@ -90,8 +90,10 @@ class RemoteLM:
         self.thoughttree_server = entry.get("owned_by") == "thoughttree"
         context = config.max_context or entry.get("max_model_len") or entry.get("context_length")
         if not isinstance(context, int) or context < 2:
-            raise RemoteError(f"{config.base_url} does not say how long {config.model}'s context is; give it "
-                              "(--remote-context N, RemoteConfig.max_context)")
+            raise RemoteError(
+                f"{config.base_url} does not say how long {config.model}'s context is; give it "
+                "(--remote-context N, RemoteConfig.max_context)"
+            )
         self._context = context
         if config.tokenizer is not None:
             from transformers import AutoTokenizer
@@ -180,7 +182,8 @@ class RemoteLM:
                 raise RemoteError(
                     f"{self.remote.base_url} gave no log-probabilities; tree_logits (the LabelProbs and LogProb "
                     "evaluators, token-level search steps) needs them: use sampled evaluators (ValuePrompt, "
-                    "--value samples) with this server")
+                    "--value samples) with this server"
+                )
             for name, value in tops[0].items():
                 token = self._token_id(name)
                 if token is not None and 0 <= token < self.config.vocab_size:
@@ -195,8 +198,9 @@ class RemoteLM:
         """One generation per (prompt tokens, runtime seed), the requests sent concurrently."""
         for tokens, _ in items:
             if len(tokens) >= self._context:
-                raise ValueError(f"a prompt of {len(tokens)} tokens leaves no room in the model's context of "
-                                 f"{self._context}")
+                raise ValueError(
+                    f"a prompt of {len(tokens)} tokens leaves no room in the model's context of {self._context}"
+                )
         groups: dict[tuple[int, ...], list[int]] = {}
         if self.thoughttree_server:  # one request per distinct prompt, its samples as choices
             for i, (tokens, _) in enumerate(items):
@@ -220,9 +224,15 @@ class RemoteLM:
 
     def _post(self, ask: _Ask) -> dict[str, Any]:
         sp = ask.sampling
-        body: dict[str, Any] = {"model": self.remote.model, "prompt": ask.prompt, "max_tokens": ask.max_tokens,
-                                "temperature": sp.temperature, "top_p": sp.top_p, "n": len(ask.seeds),
-                                "logprobs": ask.top}
+        body: dict[str, Any] = {
+            "model": self.remote.model,
+            "prompt": ask.prompt,
+            "max_tokens": ask.max_tokens,
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "n": len(ask.seeds),
+            "logprobs": ask.top,
+        }
         if sp.stop:
             body["stop"] = list(sp.stop)
         if self.thoughttree_server and len(ask.seeds) > 1:
@@ -276,5 +286,11 @@ class RemoteLM:
         if not tokens:  # a node needs at least one token: an empty answer ends its branch
             tokens, text = ([self.eos_token_id] if self.eos_token_id is not None else [0]), ""
             finish = "eos"
-        return Generation(tokens=tokens, text=text, logprob=sum(token_lps), token_logprobs=token_lps,
-                          finish_reason=finish if finish in ("stop", "eos", "length") else "stop", kv=None)
+        return Generation(
+            tokens=tokens,
+            text=text,
+            logprob=sum(token_lps),
+            token_logprobs=token_lps,
+            finish_reason=finish if finish in ("stop", "eos", "length") else "stop",
+            kv=None,
+        )

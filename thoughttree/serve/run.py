@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..runtime.lm import LM
     from .app import ServeConfig
 
+
 def choice_seed(seed: int, prompt: int, choice: int) -> int:
     """The decode seed of choice ``choice`` of prompt ``prompt``: that of child ``choice`` of root
     ``prompt`` in ``ThoughtTree(lm, seed=0)`` expanded with ``Sampling(seed=seed)``."""
@@ -50,8 +51,16 @@ class RequestPlan:
     id: str = field(default_factory=lambda: secrets.token_hex(12))
 
 
-def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], lm: LM, config: ServeConfig, *,
-              chat: bool, model: str, created: int) -> RequestPlan:
+def plan_jobs(
+    body: CompletionRequest | ChatRequest,
+    prompts: list[list[int]],
+    lm: LM,
+    config: ServeConfig,
+    *,
+    chat: bool,
+    model: str,
+    created: int,
+) -> RequestPlan:
     """Check a request against the model and the server's limits; OpenAIError (400) when it cannot run."""
     ctx, vocab = lm.max_context, lm.config.vocab_size
     if not 1 <= body.n <= config.max_n:
@@ -59,8 +68,9 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
     k = body.n
     if isinstance(body, CompletionRequest) and body.best_of is not None:
         if not body.n <= body.best_of <= config.max_n:
-            raise OpenAIError(400, f"best_of must be between n ({body.n}) and {config.max_n}, got {body.best_of}",
-                              param="best_of")
+            raise OpenAIError(
+                400, f"best_of must be between n ({body.n}) and {config.max_n}, got {body.best_of}", param="best_of"
+            )
         if body.stream and body.best_of > body.n:
             raise OpenAIError(400, "best_of > n cannot be streamed", param="best_of")
         k = body.best_of
@@ -68,9 +78,13 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
         if not tokens:
             raise OpenAIError(400, f"prompt {i} is empty", param="prompt")
         if len(tokens) >= ctx:
-            raise OpenAIError(400, f"prompt {i} has {len(tokens)} tokens, which leaves no room in the model's "
-                                   f"context of {ctx} tokens; shorten it", param="prompt",
-                              code="context_length_exceeded")
+            raise OpenAIError(
+                400,
+                f"prompt {i} has {len(tokens)} tokens, which leaves no room in the model's "
+                f"context of {ctx} tokens; shorten it",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         if any(not 0 <= t < vocab for t in tokens):
             raise OpenAIError(400, f"prompt {i} has token ids outside the vocabulary of {vocab}", param="prompt")
     max_tokens = body.max_tokens
@@ -79,12 +93,21 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
     if max_tokens is None:
         max_tokens = ctx - max(map(len, prompts))
     if not 1 <= max_tokens <= ctx:
-        raise OpenAIError(400, f"max_tokens must be between 1 and the model's context of {ctx}, got {max_tokens}",
-                          param="max_tokens")
+        raise OpenAIError(
+            400, f"max_tokens must be between 1 and the model's context of {ctx}, got {max_tokens}", param="max_tokens"
+        )
     seed = body.seed if body.seed is not None else secrets.randbits(63)
     try:
-        sampling = Sampling(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                            min_p=body.min_p, stop=body.stops, ignore_eos=body.ignore_eos, seed=seed)
+        sampling = Sampling(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            min_p=body.min_p,
+            stop=body.stops,
+            ignore_eos=body.ignore_eos,
+            seed=seed,
+        )
     except ValueError as exc:
         raise OpenAIError(400, str(exc).removeprefix("invalid Sampling: ")) from None
     if isinstance(body, ChatRequest):
@@ -93,13 +116,36 @@ def plan_jobs(body: CompletionRequest | ChatRequest, prompts: list[list[int]], l
         top, want = body.logprobs or 0, body.logprobs is not None
     given = body.decode_seeds
     if given is not None and (len(given) != k or len(prompts) != 1):
-        raise OpenAIError(400, f"decode_seeds needs one prompt and one seed per choice ({k}), got {len(given)} seeds "
-                               f"for {len(prompts)} prompts", param="decode_seeds")
-    jobs = [Job(tokens, sampling, list(given) if given is not None else [choice_seed(seed, p, j) for j in range(k)],
-                emit=_unset, top_logprobs=top) for p, tokens in enumerate(prompts)]
+        raise OpenAIError(
+            400,
+            f"decode_seeds needs one prompt and one seed per choice ({k}), got {len(given)} seeds "
+            f"for {len(prompts)} prompts",
+            param="decode_seeds",
+        )
+    jobs = [
+        Job(
+            tokens,
+            sampling,
+            list(given) if given is not None else [choice_seed(seed, p, j) for j in range(k)],
+            emit=_unset,
+            top_logprobs=top,
+        )
+        for p, tokens in enumerate(prompts)
+    ]
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    plan = RequestPlan(chat, body.stream, include_usage, body.n, top, want, body.return_tokens_as_token_ids, model,
-                       created, jobs, sum(map(len, prompts)))
+    plan = RequestPlan(
+        chat,
+        body.stream,
+        include_usage,
+        body.n,
+        top,
+        want,
+        body.return_tokens_as_token_ids,
+        model,
+        created,
+        jobs,
+        sum(map(len, prompts)),
+    )
     keep = body.include_stop_str_in_output
     plan.states = [[ChoiceText(j, lm.decode, body.stops, keep) for j in range(k)] for _ in jobs]
     return plan
@@ -117,6 +163,7 @@ def submit(plan: RequestPlan, scheduler: Scheduler, decode: Callable[[list[int]]
     for states in plan.states:
         for s in states:
             s.decode = decode
+
     def emitter(i: int) -> Callable[[Any], None]:
         def emit(item: Any) -> None:
             try:
@@ -169,14 +216,25 @@ class Answer:
                 text = s.text()
                 if plan.chat:
                     lp = chat_logprobs(s, 0, len(s.tokens), decode, plan.as_ids) if plan.want_logprobs else None
-                    choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                    "logprobs": lp, "finish_reason": s.openai_finish})
+                    choices.append(
+                        {
+                            "index": index,
+                            "message": {"role": "assistant", "content": text},
+                            "logprobs": lp,
+                            "finish_reason": s.openai_finish,
+                        }
+                    )
                 else:
                     lp = completion_logprobs(s, 0, len(s.tokens), decode, plan.as_ids) if plan.want_logprobs else None
                     choices.append({"index": index, "text": text, "logprobs": lp, "finish_reason": s.openai_finish})
-        return {"id": ("chatcmpl-" if plan.chat else "cmpl-") + plan.id,
-                "object": "chat.completion" if plan.chat else "text_completion", "created": plan.created,
-                "model": plan.model, "choices": choices, "usage": _usage(plan)}
+        return {
+            "id": ("chatcmpl-" if plan.chat else "cmpl-") + plan.id,
+            "object": "chat.completion" if plan.chat else "text_completion",
+            "created": plan.created,
+            "model": plan.model,
+            "choices": choices,
+            "usage": _usage(plan),
+        }
 
 
 def _usage(plan: RequestPlan) -> dict[str, int]:
@@ -220,17 +278,30 @@ def _sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-async def stream_chunks(request: Request, scheduler: Scheduler, plan: RequestPlan,
-                        decode: Callable[[list[int]], str]) -> AsyncIterator[str]:
+async def stream_chunks(
+    request: Request, scheduler: Scheduler, plan: RequestPlan, decode: Callable[[list[int]], str]
+) -> AsyncIterator[str]:
     """The answer as server-sent events, one chunk per choice that moved in a step, then ``[DONE]``."""
     kind = "chat.completion.chunk" if plan.chat else "text_completion"
-    head = {"id": ("chatcmpl-" if plan.chat else "cmpl-") + plan.id, "object": kind, "created": plan.created,
-            "model": plan.model}
+    head = {
+        "id": ("chatcmpl-" if plan.chat else "cmpl-") + plan.id,
+        "object": kind,
+        "created": plan.created,
+        "model": plan.model,
+    }
     finished = False
     try:
         if plan.chat:
-            first = [{"index": p * plan.n + j, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                      "finish_reason": None} for p in range(len(plan.jobs)) for j in range(plan.n)]
+            first = [
+                {
+                    "index": p * plan.n + j,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                for p in range(len(plan.jobs))
+                for j in range(plan.n)
+            ]
             yield _sse({**head, "choices": first})
         while _unfinished(plan):
             try:
@@ -247,11 +318,18 @@ async def stream_chunks(request: Request, scheduler: Scheduler, plan: RequestPla
                 index = p * plan.n + j
                 if plan.chat:
                     lp = chat_logprobs(s, start, len(s.tokens), decode, plan.as_ids) if plan.want_logprobs else None
-                    choice = {"index": index, "delta": {"content": piece} if piece else {}, "logprobs": lp,
-                              "finish_reason": s.openai_finish}
+                    choice = {
+                        "index": index,
+                        "delta": {"content": piece} if piece else {},
+                        "logprobs": lp,
+                        "finish_reason": s.openai_finish,
+                    }
                 else:
-                    lp = (completion_logprobs(s, start, len(s.tokens), decode, plan.as_ids)
-                          if plan.want_logprobs else None)
+                    lp = (
+                        completion_logprobs(s, start, len(s.tokens), decode, plan.as_ids)
+                        if plan.want_logprobs
+                        else None
+                    )
                     choice = {"index": index, "text": piece, "logprobs": lp, "finish_reason": s.openai_finish}
                 yield _sse({**head, "choices": [choice]})
         if plan.include_usage:

@@ -109,7 +109,9 @@ class Scheduler:
             raise AdmissionError(
                 f"this request may need {job.pages} KV pages ({len(job.seeds)} choices of up to "
                 f"{job.sampling.max_tokens} tokens after a {len(job.prompt)}-token prompt); the server's pool holds "
-                f"{self.total_pages}: lower n, best_of or max_tokens", 400)
+                f"{self.total_pages}: lower n, best_of or max_tokens",
+                400,
+            )
         with self._wake:
             if len(self._waiting) >= self.max_waiting:
                 raise AdmissionError(f"the server is busy ({len(self._waiting)} requests waiting); retry later", 429)
@@ -130,9 +132,16 @@ class Scheduler:
 
     def usage(self) -> dict[str, int]:
         pool = self.kv.pool
-        return {"pages_total": pool.num_pages, "pages_used": pool.num_used, "pages_free": pool.num_free,
-                "pages_reserved": self.reserved, "page_size": pool.page_size,
-                "running": len(self._running), "waiting": len(self._waiting), "steps": self.steps}
+        return {
+            "pages_total": pool.num_pages,
+            "pages_used": pool.num_used,
+            "pages_free": pool.num_free,
+            "pages_reserved": self.reserved,
+            "page_size": pool.page_size,
+            "running": len(self._running),
+            "waiting": len(self._waiting),
+            "steps": self.steps,
+        }
 
     # -- the thread --------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -166,8 +175,9 @@ class Scheduler:
             job.emit(RuntimeError("the server is shutting down"))
 
     def _admissible(self) -> bool:
-        return bool(self._waiting) and (self._waiting[0].cancelled or self.reserved + self._waiting[0].pages
-                                        <= self.total_pages)
+        return bool(self._waiting) and (
+            self._waiting[0].cancelled or self.reserved + self._waiting[0].pages <= self.total_pages
+        )
 
     def _admit(self) -> None:
         rows = sum(len(j.running) for j in self._running)
@@ -176,8 +186,9 @@ class Scheduler:
                 if not self._waiting:
                     return
                 job = self._waiting[0]
-                if not job.cancelled and (self.reserved + job.pages > self.total_pages
-                                          or (rows and rows + len(job.seeds) > self.max_batch)):
+                if not job.cancelled and (
+                    self.reserved + job.pages > self.total_pages or (rows and rows + len(job.seeds) > self.max_batch)
+                ):
                     return
                 self._waiting.popleft()
             if job.cancelled:
@@ -224,8 +235,15 @@ class Scheduler:
             targets.append((job.tails[i], len(made) - 1) if made else (parent, len(parent.tokens) - 1))
         logits = self.engine.forward(targets)
         params = [job.sampling for job, _ in rows]
-        draw = unpack(sample_packed(logits, params, [job.seeds[i] for job, i in rows],
-                                    [len(job.tokens[i]) for job, i in rows], fused=self._fused))
+        draw = unpack(
+            sample_packed(
+                logits,
+                params,
+                [job.seeds[i] for job, i in rows],
+                [len(job.tokens[i]) for job, i in rows],
+                fused=self._fused,
+            )
+        )
         tops = self._top_logprobs(logits, [job.top_logprobs for job, _ in rows])
         self.kv.append_each([job.tails[i] for job, i in rows], draw.tokens)
         self.steps += 1

@@ -94,8 +94,8 @@ class CostModel:
         # The first level's bins this drafter has been measured in (its scores fall in few of them).
         first = range(len(_EDGES) + 1, 2 * (len(_EDGES) + 1))
         seen = [b for b in first if self._seen[b] >= 0.5]
-        p = (max((self._kept[b] + self._prior * self._prior_weight) / (self._seen[b] + self._prior_weight) for b in seen)
-             if seen else self._prior)
+        w = self._prior_weight
+        p = max((self._kept[b] + self._prior * w) / (self._seen[b] + w) for b in seen) if seen else self._prior
         return p * (fixed + per_row * plain_rows) > (per_row + self._draft_time) * plain_rows
 
     def budgets(self, plain_rows: int, nodes: Sequence[Sequence[tuple[float, int]]], adaptive: bool) -> list[int]:

@@ -101,8 +101,10 @@ class DraftModel:
 def check_same_tokenizer(target: Any, draft: Any, target_path: str, draft_path: str) -> None:
     """ValueError naming both models when their tokenizers map text to different ids."""
     if target.get_vocab() != draft.get_vocab():
-        raise ValueError(f"the draft model {draft_path} has a different tokenizer from the target {target_path}; "
-                         "a draft model must share the target's tokenizer (the same vocabulary and ids)")
+        raise ValueError(
+            f"the draft model {draft_path} has a different tokenizer from the target {target_path}; "
+            "a draft model must share the target's tokenizer (the same vocabulary and ids)"
+        )
 
 
 def draft_loader(
@@ -116,8 +118,10 @@ def draft_loader(
         draft = LM.from_pretrained(Path(path), device=device)
         check_same_tokenizer(tokenizer, draft.tokenizer, target_path, path)
         if draft.config.vocab_size > cfg.vocab_size:
-            raise ValueError(f"the draft model {path} has a vocabulary of {draft.config.vocab_size}, larger than the "
-                             f"target {target_path}'s {cfg.vocab_size}")
+            raise ValueError(
+                f"the draft model {path} has a vocabulary of {draft.config.vocab_size}, larger than the "
+                f"target {target_path}'s {cfg.vocab_size}"
+            )
         return DraftModel(draft)
 
     return load

@@ -79,7 +79,7 @@ class Branch:
         out: list[int] = []
         seg: Segment | None = self.context
         while seg is not None and len(out) < last:
-            out = seg.tokens[-(last - len(out)):] + out
+            out = seg.tokens[-(last - len(out)) :] + out
             seg = seg.parent
         return out
 

@@ -55,7 +55,7 @@ class TreeLookup:
         before: list[int] = []  # the n - 1 tokens before the segment, from its ancestors
         p = seg.parent
         while p is not None and len(before) < n - 1:
-            before = p.tokens[-(n - 1 - len(before)):] + before
+            before = p.tokens[-(n - 1 - len(before)) :] + before
             p = p.parent
         text = before + seg.tokens
         shift = len(before)

@@ -55,8 +55,9 @@ class Speculator:
         d = spec.drafter
         if not isinstance(d, str):
             if not isinstance(d, Drafter):
-                raise TypeError(f"Speculative.drafter {type(d).__name__} lacks the Drafter methods "
-                                "begin, propose, accepted and end")
+                raise TypeError(
+                    f"Speculative.drafter {type(d).__name__} lacks the Drafter methods begin, propose, accepted and end"
+                )
             return d
         key = (d, spec.ngram)
         if key not in self._drafters:
@@ -68,8 +69,9 @@ class Speculator:
                 self._drafters[key] = self.load_draft(d.removeprefix("draft:"))
         return self._drafters[key]
 
-    def decode(self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
-               specs: Sequence[Speculative | None]) -> None:
+    def decode(
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends, specs: Sequence[Speculative | None]
+    ) -> None:
         """Decode every request to its end in speculative steps (``specs[i]`` None: one row per step)."""
         groups: dict[Speculative, list[int]] = {}
         for i, s in enumerate(specs):
@@ -94,9 +96,15 @@ class Speculator:
             for d in begun:
                 d.end()
 
-    def _step(self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
-              specs: Sequence[Speculative | None], drafters: dict[Speculative, Drafter], still: list[int]
-              ) -> tuple[list[int], bool]:
+    def _step(
+        self,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        ends: _Ends,
+        specs: Sequence[Speculative | None],
+        drafters: dict[Speculative, Drafter],
+        still: list[int],
+    ) -> tuple[list[int], bool]:
         """One verification step; returns the requests that go on and whether a drafter was asked."""
         engine, kv = self.engine, self.engine.kv
         stats = engine.stats
@@ -172,10 +180,19 @@ class Speculator:
         stats.speculative_steps += 1
         return nxt, bool(by_spec)
 
-    def _emit(self, i: int, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends,
-              draft: DraftTree | None, where: list[tuple[Segment, int]] | None,
-              draw: dict[tuple[int, int], tuple[int, float]], specs: Sequence[Speculative | None],
-              drafters: dict[Speculative, Drafter], copies: list[tuple[int, int]]) -> bool:
+    def _emit(
+        self,
+        i: int,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        ends: _Ends,
+        draft: DraftTree | None,
+        where: list[tuple[Segment, int]] | None,
+        draw: dict[tuple[int, int], tuple[int, float]],
+        specs: Sequence[Speculative | None],
+        drafters: dict[Speculative, Drafter],
+        copies: list[tuple[int, int]],
+    ) -> bool:
         """Append what request ``i`` keeps this step; returns whether it goes on."""
         engine = self.engine
         run: list[tuple[int, float, int]] = []  # (token, log-probability, draft slot holding its KV or -1)

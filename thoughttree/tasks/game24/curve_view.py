@@ -28,8 +28,7 @@ def table(curves: Sequence[Curve]) -> Table:
 def markdown(curves: Sequence[Curve]) -> str:
     """The same table in Markdown (for BENCHMARKS.md)."""
     grid = curves[0].budgets
-    lines = ["| method | puzzles | " + " | ".join(f"{b:,}" for b in grid) + " |",
-             "|---|---" + "|---" * len(grid) + "|"]
+    lines = ["| method | puzzles | " + " | ".join(f"{b:,}" for b in grid) + " |", "|---|---" + "|---" * len(grid) + "|"]
     lines += [f"| {c.name} | {c.puzzles} | " + " | ".join(f"{s:.0%}" for s in c.success) + " |" for c in curves]
     return "\n".join(lines)
 

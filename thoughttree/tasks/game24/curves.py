@@ -103,8 +103,10 @@ def run_curves(name: str, entries: Sequence[Mapping[str, Any]], method: str, gri
     """The curves of one run: one for a search, two (checker, log-probability) for io / cot."""
     if method in ("io", "cot"):
         label = method.upper() if method == "io" else "CoT"
-        return [best_of_curve(f"{label} best-of-k, checker", entries, grid, "checker"),
-                best_of_curve(f"{label} best-of-k, log-prob", entries, grid, "logprob")]
+        return [
+            best_of_curve(f"{label} best-of-k, checker", entries, grid, "checker"),
+            best_of_curve(f"{label} best-of-k, log-prob", entries, grid, "logprob"),
+        ]
     if method == "bon":
         return [best_of_curve(name, entries, grid, "logprob")]
     return [search_curve(name, entries, grid)]
