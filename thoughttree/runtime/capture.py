@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Protocol
+from typing import Any, Callable, Hashable, Protocol, cast
 
 import torch
 
@@ -60,7 +60,7 @@ class CudaGraphs:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=cast(Any, pool)):  # the handle graph_pool_handle() made
                 out = forward()
         finally:
             if collecting:

@@ -192,7 +192,7 @@ class _Search:
         grown: list[tuple[_Beam, list[_Child]]] = []
         for g, r in enumerate(self.requests):
             waiting: list[_Beam | _Child] = [b for b in self.groups[g] if id(b) not in expanded]
-            ranked = sorted(waiting + children.get(g, []), key=lambda c: -c.perturbed)
+            ranked = sorted([*waiting, *children.get(g, [])], key=lambda c: -c.perturbed)
             kept, dropped = ranked[: r.n + 1], ranked[r.n + 1 :]
             for c in dropped:
                 if isinstance(c, _Beam):

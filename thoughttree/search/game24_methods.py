@@ -118,8 +118,10 @@ class Game24Run:
         left = None if self.max_tokens_per_problem is None else max(1, self.max_tokens_per_problem - spent)
         return Budget(max_generated_tokens=left)
 
-    def sampling(self, default: Sampling) -> Sampling:
-        """``default`` with the run's temperature and distinct setting."""
+    def sampling(self, default: Sampling | None) -> Sampling:
+        """``default`` (a task config's, filled in by its __post_init__) with the run's temperature
+        and distinct setting."""
+        assert default is not None
         temperature = default.temperature if self.temperature is None else self.temperature
         return dataclasses.replace(default, temperature=temperature, distinct=self.distinct)
 
@@ -199,6 +201,7 @@ def _branches(run: Game24Run) -> tuple[int, str, dict[str, int]]:
     and the options it is the product of."""
     if run.method in ("io", "cot", "bon"):
         return run.k, "--k", {"k": run.k}
+    assert run.samples is not None  # set in __post_init__
     if run.method == "bfs":
         return run.breadth * run.samples, "--breadth x --samples", {"breadth": run.breadth, "samples": run.samples}
     if run.method == "beam":

@@ -17,7 +17,7 @@ import secrets
 import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -134,7 +134,7 @@ def create_app(lm: LM, config: ServeConfig | None = None) -> FastAPI:
         if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
             prompts = [prompt]
         else:
-            prompts = list(prompt)
+            prompts = list(cast("list[str | list[int]]", prompt))
         if not prompts:
             raise OpenAIError(400, "prompt is empty", param="prompt")
         token_lists = [encode(p) if isinstance(p, str) else list(p) for p in prompts]
