@@ -41,6 +41,7 @@ PUBLIC = {
     "RuntimeConfig",
     "Sampling",
     "SearchError",
+    "Speculative",
     "SearchResult",
     "Statistics",
     "Status",

@@ -63,7 +63,10 @@ class CodeSearch:
     def check_fits(self, lm: Any, samples_flag: str = "--samples") -> None:
         """ValueError, before any search, when one expansion would sample more branches than the
         model's KV pool holds beside a prompt of the whole context (each branch of up to its
-        sampling's tokens keeps pages of its own), giving the largest value that fits."""
+        sampling's tokens keeps pages of its own), giving the largest value that fits. A remote
+        model (no KV pool here) is the server's business."""
+        if getattr(lm, "kv", None) is None:
+            return
         pool = lm.kv.pool
         config = self.task_config()
         sampling = config.sampling if config.unit == "program" else config.line_sampling

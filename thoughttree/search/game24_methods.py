@@ -212,7 +212,10 @@ def _branches(run: Game24Run) -> tuple[int, str, dict[str, int]]:
 def check_sizes_fit(lm: Any, run: Game24Run) -> None:
     """ValueError, before any search, when one expansion would sample more branches than the
     model's KV pool can hold next to the longest prompt: each branch of up to ``max_tokens`` new
-    tokens keeps pages of its own. The message gives the largest value that fits."""
+    tokens keeps pages of its own. The message gives the largest value that fits. A remote model
+    (no KV pool here) is the server's business."""
+    if getattr(lm, "kv", None) is None:
+        return
     task, _ = run.task_and_strategy()
     pool = lm.kv.pool
     page = pool.page_size
