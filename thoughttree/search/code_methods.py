@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from ..config import Sampling
 from .driver import SearchError, search
 from .results import SearchResult, Statistics
+from .runner import branch_room
 from ..strategies import MCTS, Beam, BestOfN, Strategy
 from ..tasks.apps.metrics import Scored, summarize
 from ..tasks.code import CodeConfig, CodeTask, best_program, mean_pass_at_k
@@ -65,15 +66,12 @@ class CodeSearch:
         model's KV pool holds beside a prompt of the whole context (each branch of up to its
         sampling's tokens keeps pages of its own), giving the largest value that fits. A remote
         model (no KV pool here) is the server's business."""
-        if getattr(lm, "kv", None) is None:
-            return
-        pool = lm.kv.pool
         config = self.task_config()
         sampling = config.sampling if config.unit == "program" else config.line_sampling
-        free = pool.num_pages - -(-lm.max_context // pool.page_size)
-        tokens = min(sampling.max_tokens, lm.max_context)  # a branch never runs past the context
-        per_branch = -(-(tokens + 1) // pool.page_size)
-        fits = max(0, free // per_branch)
+        room = branch_room(lm, lm.max_context, sampling.max_tokens)
+        if room is None:
+            return
+        free, tokens, per_branch, fits = room.free, room.tokens, room.per_branch, room.fits
         count = self.samples * (self.width if self.method == "beam" else 1)
         if count <= fits:
             return

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .runner import Problem, Record, RunOptions, RunOutcome, Solve, model_meta
+from .runner import Problem, Record, RunOptions, RunOutcome, Solve, branch_room, model_meta
 from .driver import Budget, SearchError, search
 from .results import SEARCH_FORMAT_VERSION, SearchResult
 from ..config import Sampling
@@ -217,13 +217,10 @@ def check_sizes_fit(lm: Any, run: Game24Run) -> None:
     if getattr(lm, "kv", None) is None:
         return
     task, _ = run.task_and_strategy()
-    pool = lm.kv.pool
-    page = pool.page_size
     longest = max(len(lm.encode(task.prompt(text), add_bos=True)) for _, text in run.problems())
-    free = pool.num_pages - -(-longest // page)
-    tokens = min(task.config.sampling.max_tokens, lm.max_context)  # a branch never runs past the context
-    per_branch = -(-(tokens + 1) // page)
-    fits = max(0, free // per_branch)
+    room = branch_room(lm, longest, task.config.sampling.max_tokens)
+    assert room is not None
+    free, tokens, per_branch, fits = room.free, room.tokens, room.per_branch, room.fits
     count, what, factors = _branches(run)
     if count <= fits:
         return

@@ -416,6 +416,30 @@ def finish(outcome: RunOutcome, command: str, resume: str = "--resume") -> int:
     return outcome.exit_code
 
 
+@dataclass(frozen=True)
+class BranchRoom:
+    """How many branches of up to ``tokens`` new tokens fit the model's KV pool beside a prompt:
+    ``free`` pages left by the prompt, ``per_branch`` pages each branch keeps of its own."""
+
+    free: int
+    tokens: int
+    per_branch: int
+
+    @property
+    def fits(self) -> int:
+        return max(0, self.free // self.per_branch)
+
+
+def branch_room(lm: Any, prompt_tokens: int, max_tokens: int) -> BranchRoom | None:
+    """The KV room for branches of ``max_tokens`` beside a prompt of ``prompt_tokens`` (a branch
+    never runs past the context); None for a remote model, whose KV is the server's business."""
+    if getattr(lm, "kv", None) is None:
+        return None
+    pool = lm.kv.pool
+    tokens = min(max_tokens, lm.max_context)
+    return BranchRoom(pool.num_pages - -(-prompt_tokens // pool.page_size), tokens, -(-(tokens + 1) // pool.page_size))
+
+
 def model_meta(lm: Any) -> dict[str, str]:
     """What a run file records about the model: path, device, dtype and the attention backend that ran."""
     return {"model": str(getattr(lm, "path", "")), "device": str(getattr(lm, "device", "")),
