@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import torch
 
 from ..config import Sampling
@@ -179,32 +180,44 @@ class _Search:
         top = perturbed.topk(width, dim=-1)
         ids = top.indices
         raw = logits.log_softmax(dim=-1).gather(1, ids)
-        host = torch.stack([ids.double(), top.values, phi.gather(1, ids), raw.double()]).cpu()
-        tokens, values, phis, lps = (host[i].tolist() for i in range(4))
-        children: dict[int, list[_Child]] = {}
-        for i, b in enumerate(beams):
-            room = self.requests[b.group].n + 1
-            for j in range(min(width, room)):
-                if values[i][j] > -math.inf:
-                    child = _Child(b, int(tokens[i][j]), phis[i][j], values[i][j], lps[i][j])
-                    children.setdefault(b.group, []).append(child)
+        host = torch.stack([ids.double(), top.values, phi.gather(1, ids), raw.double()]).cpu().numpy()  # [4, R, W]
+        rooms = np.array([self.requests[b.group].n + 1 for b in beams])
+        values = np.where(np.arange(width)[None, :] < rooms[:, None], host[1], -math.inf)  # a beam's n + 1 best
         expanded = {id(b) for b in beams}
         grown: list[tuple[_Beam, list[_Child]]] = []
+        first = 0  # the expanding beams of each request are consecutive in ``beams``
         for g, r in enumerate(self.requests):
-            waiting: list[_Beam | _Child] = [b for b in self.groups[g] if id(b) not in expanded]
-            ranked = sorted([*waiting, *children.get(g, [])], key=lambda c: -c.perturbed)
-            kept, dropped = ranked[: r.n + 1], ranked[r.n + 1 :]
-            for c in dropped:
-                if isinstance(c, _Beam):
-                    self._drop(c)
+            count = 0
+            while first + count < len(beams) and beams[first + count].group == g:
+                count += 1
+            rows = slice(first, first + count)
+            waiting = [b for b in self.groups[g] if id(b) not in expanded]
+            # Candidates in the order a stable sort breaks ties by: waiting beams, then each beam's children.
+            ranked_values = np.concatenate([[b.perturbed for b in waiting], values[rows].reshape(-1)])
+            order = np.argsort(-ranked_values, kind="stable")
+            order = order[ranked_values[order] > -math.inf][: r.n + 1]
+            kept_beams: list[_Beam] = []
             by_beam: dict[int, list[_Child]] = {}
-            for c in kept:
-                if isinstance(c, _Child):
-                    by_beam.setdefault(id(c.beam), []).append(c)
+            for c in order.tolist():
+                if c < len(waiting):
+                    kept_beams.append(waiting[c])
+                    continue
+                i, j = divmod(c - len(waiting), width)
+                beam = beams[first + i]
+                row = first + i
+                child = _Child(
+                    beam, int(host[0, row, j]), float(host[2, row, j]), float(values[row, j]), float(host[3, row, j])
+                )
+                by_beam.setdefault(id(beam), []).append(child)
+            kept_ids = {id(b) for b in kept_beams}
+            for b in waiting:
+                if id(b) not in kept_ids:
+                    self._drop(b)
             for b in self.groups[g]:
                 if id(b) in expanded:
                     grown.append((b, by_beam.get(id(b), [])))
-            self.groups[g] = [c for c in kept if isinstance(c, _Beam)]  # children join below, then re-sorted
+            self.groups[g] = kept_beams  # children join below, then re-sorted
+            first += count
         self._grow(grown)
         for g in range(len(self.groups)):
             self.groups[g].sort(key=lambda b: -b.perturbed)
