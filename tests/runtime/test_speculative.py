@@ -344,6 +344,29 @@ def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir):
     assert str(tiny_model_dir) in str(info.value) and "game24" in str(info.value)
 
 
+def test_a_draft_model_without_the_targets_padded_ids_drafts_around_them(tmp_path):
+    """A target whose vocabulary is padded past its tokenizer samples ids the draft model has no
+    embedding for: those branches decode plainly, the others keep speculating, the tokens are the same."""
+    from tiny_models import make_model, make_tokenizer
+
+    words = len(make_tokenizer(tmp_path / "tokenizer"))
+    lm = load(make_model(tmp_path / "target", "llama", vocab_size=words + 64, initializer_range=0.3))
+    draft = load(make_model(tmp_path / "draft", "llama", vocab_size=words))
+    plain = Sampling(max_tokens=20, temperature=1.0, ignore_eos=True)
+    spec = Speculative(drafter=DraftModel(draft), adaptive=False)
+    with (
+        ThoughtTree(lm, prompt="the cat", seed=3) as a,
+        ThoughtTree(lm, prompt="the cat", seed=3) as b,
+    ):
+        kids = a.expand([a.root], n=4, sampling=plain)[0]
+        assert any(max(k.tokens) >= words for k in kids)  # the case under test happens
+        before = lm.stats.draft_tokens
+        b.expand([b.root], n=4, sampling=Sampling(**{**plain.__dict__, "speculative": spec}))
+        assert lm.stats.draft_tokens > before
+        same_trees(a, b)
+        lm.check_integrity(a, b)
+
+
 def test_lookup_on_the_bundled_model_keeps_the_tokens_and_saves_forwards(bundled_lm):
     lm = bundled_lm
     sampling = Sampling(max_tokens=24, temperature=0.7, stop="\n")

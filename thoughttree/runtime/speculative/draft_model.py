@@ -35,12 +35,19 @@ class DraftModel:
         self.lm, self.width = lm, width
         self._tails: dict[int, Segment] = {}  # branch key -> its growing draft-side segment
         self._held: list[Segment] = []  # the last call's segments, released once the next one holds its own
+        # Branches whose path holds a token id the draft model has no embedding for (a target with a
+        # larger vocabulary may sample one): they get empty drafts, i.e. plain decoding.
+        self._blind: set[int] = set()
 
     def begin(self, kv: KVTree, branches: Sequence[Branch]) -> None:
         dkv = self.lm.kv
         held = []
+        self._blind.clear()
         for b in branches:
             path = [t for s in b.context.path() for t in s.tokens]
+            if max(path, default=0) >= self.lm.config.vocab_size:
+                self._blind.add(b.key)
+                continue
             base = dkv.insert(None, path)
             held.append(base)
             tail = dkv.open_child(base)
@@ -58,6 +65,9 @@ class DraftModel:
         # draft-side segment ending in its token, its cumulative draft probability).
         frontier: list[list[tuple[int, Segment, float]]] = []
         for b in branches:
+            if b.key in self._blind:
+                frontier.append([])
+                continue
             tail = self._tails[b.key]
             frontier.append([(-1, tail if tail.tokens or tail.parent is None else tail.parent, 1.0)])
         try:
@@ -90,12 +100,16 @@ class DraftModel:
         return drafts
 
     def accepted(self, branch: Branch, tokens: Sequence[int]) -> None:
+        if branch.key in self._blind or max(tokens, default=0) >= self.lm.config.vocab_size:
+            self._blind.add(branch.key)
+            return
         tail = self._tails[branch.key]
         for t in tokens:
             self.lm.kv.append_each([tail], [t])
 
     def end(self) -> None:
         self._tails.clear()
+        self._blind.clear()
 
 
 def check_same_tokenizer(target: Any, draft: Any, target_path: str, draft_path: str) -> None:
