@@ -174,7 +174,9 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         tree.release_kv()
     console.print(table)
 
-    small = random_lm(TINY if args.shape == "tiny" else SHAPES["default"], args.device, kv_bytes=args.kv_gib << 28)
+    # The small draft model shares the target's vocabulary, as a draft model with its tokenizer does.
+    small_shape = {**(TINY if args.shape == "tiny" else SHAPES["default"]), "vocab": shapes[args.shape]["vocab"]}
+    small = random_lm(small_shape, args.device, kv_bytes=args.kv_gib << 28)
     twin = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 29) if args.twin else None
     table = Table(title=f"tokens/s of {args.tokens}-token expansions, {args.shape}, {dev}")
     for col in (
