@@ -42,16 +42,16 @@ from thoughttree.tasks.game24.ranges import puzzle_range
 
 GRID: dict[str, list[dict[str, Any]]] = {
     "bfs": [
-        dict(samples=30),
+        dict(samples=30, distinct=False),
         dict(samples=20, distinct=True),
     ],
     "mcts": [
-        dict(iterations=32, samples=10),
+        dict(iterations=32, samples=10, distinct=False),
         dict(iterations=32, samples=10, distinct=True, rule="puct"),
         dict(iterations=48, samples=10, distinct=True, rule="puct", widening=0.5),
     ],
     "beam": [
-        dict(width=5, samples=10),
+        dict(width=5, samples=10, distinct=False),
         dict(width=5, samples=10, distinct=True),
     ],
 }
@@ -72,7 +72,10 @@ def command(run: Game24Run, spec: str, opts: dict[str, Any], model: str) -> str:
     parts = ["thoughttree game24", f"--model {shlex.quote(model)}", f"--method {run.method}"]
     for key, value in opts.items():
         flag = FLAGS.get(key, key.replace("_", "-"))
-        parts.append(f"--{flag}" if value is True else f"--{flag} {value}")
+        if isinstance(value, bool):
+            parts.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            parts.append(f"--{flag} {value}")
     indices = run.indices
     if indices == tuple(range(indices[0], indices[-1] + 1)):
         parts.append(f"--start {indices[0]} --end {indices[-1] + 1}")

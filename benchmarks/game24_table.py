@@ -86,7 +86,9 @@ def main() -> None:
     p.add_argument("--range", dest="puzzle_range", help="validation, test or A-B (inclusive): replaces --start/--end")
     p.add_argument("--limit", type=int, help="only the first LIMIT puzzles of --range")
     p.add_argument("--token-budget", type=int, help="generated tokens per puzzle for every search (restarts)")
-    p.add_argument("--distinct", action="store_true", help="sample distinct thoughts and answers")
+    p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample distinct thoughts and answers in every row, or none with --no-distinct (default: "
+                        "each method's own default, distinct thoughts for bfs, beam and mcts)")
     p.add_argument("--png", type=Path, help="also write the success-vs-tokens curves of every row here")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (io, cot, bon, bfs, dfs, beam, mcts); default all rows")
@@ -103,8 +105,8 @@ def main() -> None:
     extra: dict[str, Any] = {}
     if args.puzzle_range:
         extra["indices"] = puzzle_range(args.puzzle_range, args.limit)
-    if args.distinct:
-        extra["distinct"] = True
+    if args.distinct is not None:
+        extra["distinct"] = args.distinct
 
     def row(**opts: Any) -> Game24Run:  # as `thoughttree game24` builds it: defaults follow the row's method
         search = opts["method"] in SEARCHES

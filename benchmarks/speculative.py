@@ -66,7 +66,8 @@ def cpu_rows(args: argparse.Namespace, console: Console) -> None:
     ):
         table.add_column(col, justify="right")
     for method in args.methods.split(","):
-        run = Game24Run(method=method, start=args.start, end=args.start + args.limit, seed=0)
+        # Speculation drafts for sampled decoding; distinct proposals run their own beam search.
+        run = Game24Run(method=method, start=args.start, end=args.start + args.limit, seed=0, distinct=False)
         seconds = {"off": 0.0, "on": 0.0}
         solved = {"off": [], "on": []}
         trees: dict[str, list] = {"off": [], "on": []}

@@ -124,6 +124,29 @@ def test_few_shot_prompts_for_instruction_models() -> None:
     assert io.check(problem, io.answer(problem, node))
 
 
+def test_defaults_are_the_settings_chosen_on_validation() -> None:
+    """Distinct proposals (20 per BFS state) and PUCT for the compact tree searches; sampled ones
+    elsewhere, and on request; the command leaves them off where they cannot run or would idle."""
+    import argparse
+
+    from thoughttree.commands.game24 import default_distinct
+
+    bfs, mcts, beam = Game24Run(), Game24Run(method="mcts"), Game24Run(method="beam")
+    assert (bfs.distinct, bfs.samples, mcts.distinct, mcts.rule, beam.distinct) == (True, 20, True, "puct", True)
+    plain, plain_mcts = Game24Run(distinct=False), Game24Run(method="mcts", distinct=False)
+    assert (plain.samples, plain_mcts.rule) == (30, "uct")
+    assert not any(Game24Run(method=m).distinct for m in ("io", "cot", "bon", "dfs"))
+    assert not Game24Run(prompts="few_shot").distinct
+    assert Game24Run(method="mcts", rule="uct").rule == "uct"
+
+    def given(model: str = "bundled", speculative: str = "off", distinct: bool | None = None) -> bool | None:
+        return default_distinct(argparse.Namespace(model=model, speculative=speculative, distinct=distinct))
+
+    assert given() is None and given(distinct=True) is True
+    assert given(model="http://127.0.0.1:8000/v1") is False and given(speculative="lookup") is False
+    assert given(speculative="lookup", distinct=True) is True
+
+
 def test_run_keeps_going_after_a_failed_search(tmp_path, capsys, monkeypatch) -> None:
     """A search that fails (here: the task raises on one puzzle) is recorded, the run goes on, exit 1."""
     from tiny_models import make_model

@@ -24,7 +24,7 @@ from .common import CliError, at_least, method_options
 from ..search.game24_methods import METHODS, Game24Run, check_prompts_fit, check_sizes_fit, run_game24
 from .launch import add_data_parallel, join_launch
 from .model import (
-    ATTENTION, add_model_arguments, add_speculative, check_device, is_bundled, load_model, remote_options,
+    ATTENTION, add_model_arguments, add_speculative, check_device, is_bundled, is_remote, load_model, remote_options,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
-        ("samples", None, "propose completions per expanded state (compact: 30 for bfs, 10 otherwise; 1 few-shot)"),
+        ("samples", None, "propose completions per expanded state (compact: 20 for bfs, 30 with --no-distinct, "
+                           "10 otherwise; 1 few-shot)"),
         ("evaluations", None, "value samples per state: sampled verdicts (3) or look-ahead proposals (20); "
                               "none with --value probs"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),
@@ -70,16 +71,19 @@ def add_game24(sub: Subparsers) -> None:
         shown = f" (default {default})" if default is not None else ""
         p.add_argument(f"--{name}", type=at_least(1), help=text + shown)
     p.add_argument("--rule", choices=("uct", "puct"),
-                   help="MCTS selection: uct (default), or puct with the model's proposal probabilities as priors")
+                   help="MCTS selection: uct, or puct with the model's proposal probabilities as priors (default: "
+                        "puct with distinct proposals, else uct)")
     p.add_argument("--token-budget", "--max-tokens-per-problem", dest="max_tokens_per_problem", type=at_least(1),
                    default=None, metavar="N",
                    help="generated tokens per puzzle: a search stops before its next round once they are spent, "
                         "and one that ends unsolved before starts again")
     p.add_argument("--no-restarts", dest="restarts", action="store_false",
                    help="with --token-budget, end a puzzle when its first search ends")
-    p.add_argument("--distinct", action="store_true",
+    p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
                    help="sample the proposals of one expansion (and look-ahead proposals, io/cot answers) "
-                        "without replacement: distinct thoughts")
+                        "without replacement: distinct thoughts (default: on for bfs, beam and mcts with compact "
+                        "prompts on a local model without --speculative, the setting chosen on the validation "
+                        "puzzles; off otherwise)")
     p.add_argument("--temperature", type=float, help="proposal / answer temperature (default 1.0)")
     p.add_argument("--c", type=float, help="MCTS exploration constant (default 1.0)")
     p.add_argument("--widening", type=float,
@@ -94,6 +98,15 @@ APPLIES = {"breadth": ("bfs",), "width": ("beam",), "iterations": ("mcts",), "ru
            "k": ("io", "cot", "bon"), "samples": TREE_METHODS, "evaluations": TREE_METHODS, "value": TREE_METHODS}
 
 
+def default_distinct(args: argparse.Namespace) -> bool | None:
+    """``--distinct`` as given; unset, off where distinct decoding cannot run or would leave the option
+    given unused: a server samples each completion independently, and speculation drafts for sampled
+    decoding only (None: the run's own default)."""
+    if args.distinct is not None:
+        return args.distinct
+    return False if is_remote(args.model) or args.speculative != "off" else None
+
+
 def run_game24_command(args: argparse.Namespace) -> int:
     check_device(args.device)
     given = method_options(args, APPLIES)
@@ -101,7 +114,8 @@ def run_game24_command(args: argparse.Namespace) -> int:
         run = Game24Run(
             method=args.method, start=args.start, end=args.end, seed=args.seed, puzzles=tuple(args.puzzle),
             held_out=args.held_out,
-            max_tokens_per_problem=args.max_tokens_per_problem, restarts=args.restarts, distinct=args.distinct,
+            max_tokens_per_problem=args.max_tokens_per_problem, restarts=args.restarts,
+            distinct=default_distinct(args),
             temperature=args.temperature,
             prompts=args.prompts or ("compact" if is_bundled(args.model) else "few_shot"), **given,
         )

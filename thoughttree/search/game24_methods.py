@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 METHODS = ("io", "cot", "bfs", "dfs", "beam", "mcts", "bon")
 
 
+# The searches whose default proposals are distinct thoughts: on the validation puzzles distinct
+# proposals solved more than sampled ones for each of them (benchmarks/game24_sweep.py, BENCHMARKS.md).
+VALIDATED_DISTINCT = ("bfs", "beam", "mcts")
+
+
 @dataclass(frozen=True)
 class Game24Run:
     """One run's settings; defaults follow Tree of Thoughts (breadth 5, 3 value samples, depth 3)."""
@@ -43,15 +48,17 @@ class Game24Run:
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
     samples: int | None = None  # propose completions per expanded node: 1 few-shot (a list); compact (one step
-    # each) 30 for BFS, whose few kept states must each see most of their steps, and 10 for the others
+    # each) 20 distinct (30 sampled) for BFS, whose few kept states must each see most of their steps, else 10
     evaluations: int | None = None  # value samples per node: 3 sampled verdicts, or 20 look-ahead proposals
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
     iterations: int = 32  # MCTS iterations
-    rule: str = "uct"  # MCTS selection: "uct", or "puct" with the proposals' probabilities as priors
+    rule: str | None = None  # MCTS selection: "uct", or "puct" with the proposals' probabilities as priors
+    # (None: puct with distinct proposals, whose inclusion mass makes the priors, else uct)
     max_tokens_per_problem: int | None = None  # the token budget: generated tokens per puzzle, all searches
     restarts: bool = True  # with a token budget, a search that ends unsolved starts again on what is left
-    distinct: bool = False  # proposals (and look-ahead proposals, io/cot answers) sampled without replacement
+    distinct: bool | None = None  # proposals (and look-ahead proposals, io/cot answers) sampled without
+    # replacement (None: on for the compact tree searches of VALIDATED_DISTINCT, off otherwise)
     temperature: float | None = None  # proposal / answer temperature (None: the prompt style's default)
     c: float | None = None  # MCTS exploration constant (None: MCTS's default)
     widening: float | None = None  # MCTS progressive widening exponent (None: one expansion per node)
@@ -64,8 +71,13 @@ class Game24Run:
     def __post_init__(self) -> None:
         object.__setattr__(self, "puzzles", tuple(format_numbers(as_puzzle(p)) for p in self.puzzles))
         compact = self.prompts == "compact"
+        if self.distinct is None:
+            object.__setattr__(self, "distinct", compact and self.method in VALIDATED_DISTINCT)
         if self.samples is None:
-            object.__setattr__(self, "samples", (30 if self.method == "bfs" else 10) if compact else 1)
+            per_node = (20 if self.distinct else 30) if self.method == "bfs" else 10
+            object.__setattr__(self, "samples", per_node if compact else 1)
+        if self.rule is None:
+            object.__setattr__(self, "rule", "puct" if self.distinct else "uct")
         if self.value is None:
             object.__setattr__(self, "value", "lookahead" if compact else "samples")
         if self.value == "probs" and self.evaluations is not None:
@@ -121,7 +133,7 @@ class Game24Run:
     def sampling(self, default: Sampling | None) -> Sampling:
         """``default`` (a task config's, filled in by its __post_init__) with the run's temperature
         and distinct setting."""
-        assert default is not None
+        assert default is not None and self.distinct is not None  # set in __post_init__
         temperature = default.temperature if self.temperature is None else self.temperature
         return dataclasses.replace(default, temperature=temperature, distinct=self.distinct)
 
