@@ -12,7 +12,7 @@ from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_at
 
 from thoughttree.kernels import deft, deft_ws
 from thoughttree.kernels.deft import _launch_partials, deft_work
-from thoughttree.kernels.plan.sizing import TILE_NEEDS, programs_per_sm
+from thoughttree.kernels.plan.tiles import TILE_NEEDS, programs_per_sm
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 

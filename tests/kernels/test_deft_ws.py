@@ -15,7 +15,7 @@ import torch
 
 from thoughttree.kernels import deft_ws
 from thoughttree.kernels.deft import _hopper
-from thoughttree.kernels.plan.sizing import SM_LIMITS, TILE_NEEDS, programs_per_sm
+from thoughttree.kernels.plan.tiles import SM_LIMITS, TILE_NEEDS, programs_per_sm
 
 
 def test_fits_needs_head_dim_128_and_16_byte_rows() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
 from thoughttree.kernels.plan.decode_work import TAIL_PIECE, decode_work
 from thoughttree.kernels.plan.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
-from thoughttree.kernels.plan.sizing import SM_LIMITS, programs_per_sm, tile_shapes
+from thoughttree.kernels.plan.tiles import SM_LIMITS, programs_per_sm, tile_shapes
 from thoughttree.kernels.plan.workplan import OWN_BLOCKS, WorkConfig, aligned_starts, tree_host_work, tree_work, upload_int32
 
 

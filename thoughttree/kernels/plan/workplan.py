@@ -19,18 +19,8 @@ import numpy as np
 import torch
 
 from .tree_plan import TreePlan
-from .sizing import (
-    chunk_sizes,
-    class_model,
-    fewer_launches,
-    round_chunks,
-    sequence_tiles,
-    shape_arrays,
-    tile_cost,
-    tile_shapes,
-    wide_split,
-    work_limits,
-)
+from .sizing import chunk_sizes, class_model, fewer_launches, round_chunks, tile_cost, wide_split
+from .tiles import sequence_tiles, shape_arrays, tile_shapes, work_limits
 from .topology import concat_ranges
 
 # Item columns (int32): slot offset, keys its queries see (the chunk's length, or the longest
