@@ -374,7 +374,8 @@ def _launch_partials(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
     )
-    ws = deft_ws.TILES.get(tc.block_m) if work.warp_specialized and _hopper(q.device) else None
+    tile = tc.tile
+    ws = deft_ws.TILES.get(tile.block_m) if work.warp_specialized and _hopper(q.device) else None
     if ws is not None and deft_ws.fits(k_cache, v_cache):
         return deft_ws.ws_partial_kernel[(tc.num_items, h_kv)](
             *args, HQ=h_q, G=group, D=d, BLOCK_N=deft_ws.BLOCK_N, NFIELDS=ITEM_FIELDS, FLAT=flat,
@@ -382,9 +383,9 @@ def _launch_partials(
             EARLY=early, NC=ws.consumers, num_warps=4, maxnreg=ws.max_regs,
         )
     return _partial_kernel[(tc.num_items, h_kv)](
-        *args, HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tc.block_m, BLOCK_N=tc.block_n,
-        NFIELDS=ITEM_FIELDS, FLAT=flat, OFF32=off32, PREFETCH=tc.num_stages == 1, EARLY=early,
-        num_warps=tc.num_warps, num_stages=tc.num_stages,
+        *args, HQ=h_q, G=group, D=d, D_PAD=d_pad, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
+        NFIELDS=ITEM_FIELDS, FLAT=flat, OFF32=off32, PREFETCH=tile.num_stages == 1, EARLY=early,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 
 

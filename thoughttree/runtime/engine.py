@@ -24,6 +24,7 @@ import torch
 from ..config import RuntimeConfig, Sampling
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
 from ..kernels.plan.decode_work import decode_work
+from ..kernels.plan.tiles import TileConfig
 from .capture import CaptureFailures, CudaGraphs, GraphCapture
 from .decode_batch import DecodeBatch
 from .graphs import Capacity, DecodeArena, row_bucket
@@ -301,7 +302,7 @@ class Engine:
             return logits
         return logits[torch.from_numpy(inverse.reshape(-1)).to(logits.device)]
 
-    def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
+    def arena_for(self, need: Capacity, shapes: tuple[TileConfig, ...]) -> DecodeArena:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config

@@ -32,6 +32,7 @@ import torch
 from ..kernels.plan.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
+from ..kernels.plan.tiles import TileConfig
 from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
 from .capture import CaptureFailures, Graph, GraphCapture
 from .kv_pool import KVPool
@@ -100,7 +101,7 @@ class DecodeArena:
     """Decode-step buffers of one capacity over one model and KV pool, with their graphs."""
 
     def __init__(
-        self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
+        self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[TileConfig, ...],
         *, attention: str, config: WorkConfig, capture: GraphCapture | None, max_graph_rows: int,
         warmed: set[tuple] | None = None, logits: torch.Tensor | None = None, failures: CaptureFailures | None = None,
     ) -> None:
@@ -144,9 +145,9 @@ class DecodeArena:
         # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
         # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
         classes, first = [], 0
-        for (bm, bn, warps, stages), n in zip(shapes, cap.items):
+        for tile, n in zip(shapes, cap.items):
             if n:
-                classes.append(TileClass(bm, bn, warps, stages, first, n))
+                classes.append(TileClass(tile, first, n))
             first += n
         self._class_offsets = np.cumsum([0, *cap.items])
         self.work = WorkPlan(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tiles import padded_head_dim, programs_per_sm
+from .tiles import TileConfig, padded_head_dim, programs_per_sm
 
 # A rough H200 for the launch-time model of the work sizing (only which chunking is faster matters).
 BANDWIDTH = 4.2e3  # bytes per ns: the copy rate
@@ -62,12 +62,12 @@ class LaunchModel:
 
 
 @functools.cache
-def class_model(shapes: tuple, head_dim: int, limits: tuple[int, int, int]) -> LaunchModel:
+def class_model(shapes: tuple[TileConfig, ...], head_dim: int, limits: tuple[int, int, int]) -> LaunchModel:
     """The launch-time model of each tile class of ``shapes`` on a device of ``limits``."""
     sms, smem, regs = limits
     d = padded_head_dim(head_dim)
-    per_sm = np.array([programs_per_sm(s, head_dim, smem, regs) for s in shapes])
-    block_m = np.array([s[0] for s in shapes])
+    per_sm = np.array([programs_per_sm(t, head_dim, smem, regs) for t in shapes])
+    block_m = np.array([t.block_m for t in shapes])
     slots = sms * per_sm
     sm_key_ns = block_m * d * 4 / SM_TENSOR
     key_ns = np.maximum(STREAM_NS, sm_key_ns * per_sm)

@@ -20,7 +20,7 @@ import torch
 
 from .tree_plan import TreePlan
 from .sizing import chunk_sizes, class_model, fewer_launches, round_chunks, tile_cost, wide_split
-from .tiles import sequence_tiles, shape_arrays, tile_shapes, work_limits
+from .tiles import TileConfig, sequence_tiles, shape_arrays, tile_shapes, work_limits
 from .topology import concat_ranges
 
 # Item columns (int32): slot offset, keys its queries see (the chunk's length, or the longest
@@ -95,7 +95,7 @@ class WorkConfig:
     # launches share the call; None: the share :func:`sizing.wide_split` gives it; 0: all of them, as
     # every other class.
     wide_sms: int | None = None
-    tiles: tuple[tuple[int, int, int, int], ...] | None = None  # (block_m, block_n, warps, stages) per class
+    tiles: tuple[TileConfig, ...] | None = None  # the tile of each class; None: tiles.tile_shapes's defaults
     # Partials the merge takes per step (their ids and log-sum-exps in one load, their outputs
     # all in flight together). 4 measured faster than 1 on nearly every benchmark tree and on
     # decode steps; 16 was slower.
@@ -130,9 +130,10 @@ class WorkConfig:
             raise ValueError(f"waves, num_sms, min_chunk, max_block_m and rounds must be positive, got {self}")
         if not self.rounds or list(self.rounds) != sorted(set(self.rounds)):
             raise ValueError(f"rounds must be increasing and not empty, got {self.rounds}")
-        for bm, bn, warps, stages in self.tiles or ():
-            if bm < 16 or bn < 16 or bm & (bm - 1) or bn & (bn - 1) or warps < 1 or stages < 1:
-                raise ValueError(f"tile ({bm}, {bn}, {warps}, {stages}) needs power-of-two block sizes >= 16")
+        for tile in self.tiles or ():
+            bm, bn = tile.block_m, tile.block_n
+            if bm < 16 or bn < 16 or bm & (bm - 1) or bn & (bn - 1) or tile.num_warps < 1 or tile.num_stages < 1:
+                raise ValueError(f"{tile} needs power-of-two block sizes >= 16")
         if self.merge_block < 1 or self.merge_block & (self.merge_block - 1):
             raise ValueError(f"merge_block must be a power of two, got {self.merge_block}")
         if self.merge_heads is not None and (self.merge_heads < 1 or self.merge_heads & (self.merge_heads - 1)):
@@ -146,12 +147,10 @@ class WorkConfig:
 
 @dataclass(frozen=True)
 class TileClass:
-    """Items launched together with one tile shape: rows = query rows x G heads, cols = keys."""
+    """The items ``first_item`` to ``first_item + num_items`` of a work plan, launched together
+    with one tile."""
 
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
+    tile: TileConfig
     first_item: int
     num_items: int
 
@@ -261,7 +260,7 @@ class HostWork:
     """Work items and merge lists on the host, before upload (int64 numpy arrays).
 
     slots [S]; items [I, 7] ordered by tile class with partial rows numbered; item_class [I];
-    q_perm, q_node, q_vis [Q]; merge_offsets [Q + 1]; merge_rows [P]; shapes: the tile shape of
+    q_perm, q_node, q_vis [Q]; merge_offsets [Q + 1]; merge_rows [P]; shapes: the tile of
     each class; own_start, own_len [OWN_RANGES, Q]: the slot ranges each original query's merge
     reads itself; launch_order: the classes in the order they are launched.
     """
@@ -274,7 +273,7 @@ class HostWork:
     q_vis: np.ndarray
     merge_offsets: np.ndarray
     merge_rows: np.ndarray
-    shapes: tuple[tuple[int, int, int, int], ...]
+    shapes: tuple[TileConfig, ...]
     own_start: np.ndarray
     own_len: np.ndarray
     launch_order: tuple[int, ...]
@@ -289,7 +288,7 @@ def layout(
     slots: np.ndarray,
     items: np.ndarray,
     item_class: np.ndarray,
-    shapes: list[tuple[int, int, int, int]],
+    shapes: list[TileConfig],
     q_perm: np.ndarray,
     q_node: np.ndarray,
     q_vis: np.ndarray,
@@ -362,7 +361,7 @@ def upload(host: HostWork, device: torch.device, num_q_heads: int, head_dim: int
     dev_slots, dev_items, dev_perm, dev_node, dev_vis, dev_offsets, dev_rows = dev[:7]
     bounds = host.item_class.searchsorted(np.arange(len(host.shapes) + 1)).tolist()  # items come by class
     classes = [
-        TileClass(*host.shapes[c], bounds[c], bounds[c + 1] - bounds[c])
+        TileClass(host.shapes[c], bounds[c], bounds[c + 1] - bounds[c])
         for c in host.launch_order
         if bounds[c + 1] > bounds[c]
     ]
@@ -588,11 +587,12 @@ SEQUENCE_WAVES = 2.0  # the per-sequence baseline's programs per SM when the con
 def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head_dim: int, cfg: WorkConfig) -> HostWork:
     """Per-sequence split-KV items: each query's whole path on its own, cut into equal splits."""
     group = num_q_heads // num_kv_heads
-    bm, bn, warps, stages = tile_shapes(group, head_dim, None, cfg.tiles or sequence_tiles(head_dim))[0]
+    tile = tile_shapes(group, head_dim, None, cfg.tiles or sequence_tiles(head_dim))[0]
     offsets, flat = plan.query_views
     lengths = offsets[1:] - offsets[:-1]
     nq = plan.num_queries
-    cost = float(tile_cost(np.array(bm)))
+    bn = tile.block_n
+    cost = float(tile_cost(np.array(tile.block_m)))
     waves = SEQUENCE_WAVES if cfg.waves is None else cfg.waves
     target = float(lengths.sum()) * cost * num_kv_heads / (waves * work_limits(cfg.num_sms, plan.device)[0])
     chunk = chunk_sizes(np.full(nq, cost), np.full(nq, max(bn, cfg.min_chunk or bn)), lengths, target, np.full(nq, bn))
@@ -606,7 +606,7 @@ def sequence_host_work(plan: TreePlan, num_q_heads: int, num_kv_heads: int, head
         flat,
         items,
         np.zeros(len(q), dtype=np.int64),
-        [(bm, bn, warps, stages)],
+        [tile],
         ident,
         plan.query_nodes,
         plan.query_visible,
