@@ -14,7 +14,9 @@ from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_referenc
 from thoughttree.kernels.plan.decode_work import TAIL_PIECE, decode_work
 from thoughttree.kernels.plan.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
 from thoughttree.kernels.plan.tiles import SM_LIMITS, TileConfig, programs_per_sm, tile_shapes
-from thoughttree.kernels.plan.workplan import OWN_BLOCKS, WorkConfig, aligned_starts, tree_host_work, tree_work, upload_int32
+from thoughttree.kernels.plan.tree_work import tree_host_work, tree_work
+from thoughttree.kernels.plan.work_config import OWN_BLOCKS, WorkConfig
+from thoughttree.kernels.plan.workplan import aligned_starts, upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])

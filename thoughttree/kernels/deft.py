@@ -10,8 +10,9 @@ deterministic; it also reads the query's own short ranges of keys itself (its sh
 nodes, a decode tail), so they need no partial launch. It reads them first: on GPUs with
 programmatic dependent launch it starts while the partial launch finishes and waits for the
 partials only after them (``WorkConfig.early_merge``). Work items and workspaces come from
-:mod:`workplan` and are cached on the plan, so a call allocates only its output. On Hopper GPUs
-the 64- and 128-row tile classes run :mod:`deft_ws`'s warp-specialised version of kernel 1 instead.
+:mod:`plan.tree_work` (or :mod:`plan.sequence_work`) and are cached on the plan, so a call
+allocates only its output. On Hopper GPUs the 64- and 128-row tile classes run :mod:`deft_ws`'s
+warp-specialised version of kernel 1 instead.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import triton.language as tl
 from . import deft_ws
 from .device import dependent_launch
 from .plan.tree_plan import TreePlan
-from .plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, sequence_work, tree_work
+from .plan.sequence_work import sequence_work
+from .plan.tree_work import tree_work
+from .plan.work_config import WorkConfig
+from .plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan
 
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity" so fully masked rows never produce inf - inf
 

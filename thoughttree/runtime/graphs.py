@@ -33,7 +33,8 @@ from ..kernels.plan.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
 from ..kernels.plan.tiles import TileConfig
-from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
+from ..kernels.plan.work_config import WorkConfig
+from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkPlan, aligned_starts
 from .capture import CaptureFailures, Graph, GraphCapture
 from .kv_pool import KVPool
 from .model import Transformer

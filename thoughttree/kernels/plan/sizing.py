@@ -1,7 +1,7 @@
 """How the DeFT planner sizes each tile class's launch.
 
 A small launch-time model of a rough H200, built on how many programs of each tile class one SM
-holds (:mod:`tiles`), by which :mod:`workplan` chooses each class's chunk size, folds launches
+holds (:mod:`tiles`), by which :mod:`tree_work` chooses each class's chunk size, folds launches
 too small to fill a round into narrower ones, and gives a wide launch its share of the SMs
 beside narrower ones. Only which choice is faster matters to the model; docs/perf-log/ has the
 measurements behind its constants.
