@@ -27,7 +27,8 @@ from ..kernels.plan.decode_work import decode_work
 from ..kernels.plan.tiles import TileConfig
 from .capture import CaptureFailures, CudaGraphs, GraphCapture
 from .decode_batch import DecodeBatch
-from .graphs import Capacity, DecodeArena, row_bucket
+from .arena_buffers import Capacity, StepInputs, row_bucket
+from .graphs import DecodeArena
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .sampler import sample_packed, unpack
@@ -262,7 +263,7 @@ class Engine:
             device=self.model.device,
         )
         if self.fast_decode and len(tokens) <= self.runtime.graph_max_rows:
-            logits = self._forward_on_arena(plan, np.stack([np.array(tokens), positions, np.array(slots)]), target_rows)
+            logits = self._forward_on_arena(plan, tokens, positions, slots, target_rows)
         else:
             dev = self.model.device
             width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
@@ -280,13 +281,21 @@ class Engine:
         self.stats.prefill_tokens += prefill
         return logits
 
-    def _forward_on_arena(self, plan: TreePlan, rows: np.ndarray, targets: list[int]) -> torch.Tensor:
+    def _forward_on_arena(
+        self, plan: TreePlan, tokens: list[int], positions: np.ndarray, slots: list[int], targets: list[int]
+    ) -> torch.Tensor:
         """Logits [len(targets), vocab] (float32) of a general forward run on the decode buffers.
 
-        rows: [3, T] tokens, positions and KV slots (-1: write nothing, sent to the scratch slot).
+        tokens, positions, slots: [T] each row's token, position and KV slot (-1: write nothing,
+        sent to the scratch slot).
         """
-        num_q = rows.shape[1]
-        rows[2, rows[2] < 0] = self.kv.pool.scratch_slot
+        inputs = StepInputs.empty(len(tokens))
+        inputs.tokens[:] = tokens
+        inputs.positions[:] = positions
+        inputs.slots[:] = slots
+        inputs.slots[inputs.slots < 0] = self.kv.pool.scratch_slot
+        inputs.tail_lens[:] = 0
+        num_q = inputs.rows
         m = self.model
         work = decode_work(plan, [np.zeros(0, dtype=np.int64)] * num_q, 0, m.num_heads, m.num_kv_heads, m.cfg.head_dim,
                            self.decode_work_config, share=self.attention == "deft")
@@ -296,7 +305,7 @@ class Engine:
         # Targets may repeat a row (several samples of one parent): each row's logits once.
         want = np.asarray(targets, dtype=np.int64)
         picked, inverse = np.unique(want, return_inverse=True)
-        logits = arena.forward_rows(rows, picked)
+        logits = arena.forward_rows(inputs, picked)
         self.stats.note_graphs(arena, held)
         if np.array_equal(picked, want):
             return logits
