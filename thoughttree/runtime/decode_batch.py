@@ -25,7 +25,8 @@ from .kv_tree import Segment
 from .sampler import sample_packed
 
 if TYPE_CHECKING:
-    from .engine import DecodeRequest, Engine
+    from .decode_requests import DecodeRequest
+    from .engine import Engine
 
 
 class DecodeBatch:

@@ -16,7 +16,9 @@ from ..tree import Generation, Node, ThoughtTree
 from .checkpoint import load_transformer
 from .detokenize import Detokenizer
 from .distinct import complete_distinct, generate_distinct
-from .engine import DecodeRequest, Decoded, Engine, EngineStats, on_device
+from .decode_requests import DecodeRequest, Decoded
+from .engine import Engine, on_device
+from .engine_stats import EngineStats
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
 from .memory import plan_memory
