@@ -78,9 +78,9 @@ def _softmax_step(s, v, m_i, l_i, acc, scale_log2):
     m_new = tl.maximum(m_i, tl.max(s, axis=1) * scale_log2)
     p = tl.math.exp2(s * scale_log2 - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return m_new, l_i, acc
+    l_new = l_i * alpha + tl.sum(p, axis=1)
+    acc_new = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_new, acc_new
 
 
 @triton.jit(do_not_specialize=["first_item"])  # one compiled kernel wherever a class starts

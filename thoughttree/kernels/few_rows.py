@@ -127,17 +127,16 @@ def few_rows_linear(
     if gated and n_out % 2:
         raise ValueError(f"a gated projection needs gate and up rows alike (an even count), got {n_out}")
     shape = (t, n_out // 2 if gated else n_out)
-    if out is None:
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    elif out.shape != shape or out.dtype != x.dtype or not out.is_contiguous():
+    if out is not None and (out.shape != shape or out.dtype != x.dtype or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous {shape} {x.dtype} tensor, got {tuple(out.shape)} {out.dtype}")
+    result = torch.empty(shape, dtype=x.dtype, device=x.device) if out is None else out
     if t:
         norm, normed = _norm_args(row_sums, x, eps)
-        few_rows_kernel[(triton.cdiv(out.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
+        few_rows_kernel[(triton.cdiv(result.shape[1], tile.block_n // 2 if gated else tile.block_n),)](
             x,
             weight,
             bias if bias is not None else weight,
-            out,
+            result,
             x,
             x,
             x,
@@ -147,7 +146,7 @@ def few_rows_linear(
             n_out,
             x.stride(0),
             weight.stride(0),
-            out.stride(0),
+            result.stride(0),
             0,
             0,
             0,
@@ -158,7 +157,7 @@ def few_rows_linear(
             GATED=gated,
             ADD_NORM=False,
         )
-    return out
+    return result
 
 
 def few_rows_add_norm(
@@ -241,10 +240,9 @@ def _launch(tile: Tiling, t: int, x: torch.Tensor, dependent: bool | None = Fals
     output and MLP down projections launched so, and slower with the gate/up projection and the
     LM head too (docs/perf-log/), so :func:`few_rows_linear` never is."""
     block_m = max(16, triton.next_power_of_2(t))
-    if dependent is None:
-        dependent = dependent_launch(x.device)
-    elif dependent and not dependent_launch(x.device):
+    if dependent and not dependent_launch(x.device):
         raise ValueError(f"a dependent launch needs a CUDA GPU of compute capability 9.0 or later, not {x.device}")
+    behind = dependent_launch(x.device) if dependent is None else dependent
     return dict(
         BLOCK_M=block_m,
         BLOCK_N=tile.block_n,
@@ -253,8 +251,8 @@ def _launch(tile: Tiling, t: int, x: torch.Tensor, dependent: bool | None = Fals
         SWAP=tile.swap,
         num_warps=tile.warps,
         PRECISION=_precision(x),
-        DEPENDENT=dependent,
-        **({"launch_pdl": True} if dependent else {}),
+        DEPENDENT=behind,
+        **({"launch_pdl": True} if behind else {}),
     )
 
 

@@ -21,8 +21,8 @@ from .fused import rotate_halves
 @triton.jit
 def _silu_gate(g, u, DTYPE: tl.constexpr):
     """silu(g) * u of the rounded projections g, u (float32 in): as :func:`fused.silu_mul`."""
-    g = g.to(DTYPE).to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(DTYPE).to(tl.float32)
+    gate = g.to(DTYPE).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
     return act * u.to(DTYPE).to(tl.float32)
 
 

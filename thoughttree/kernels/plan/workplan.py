@@ -134,15 +134,15 @@ def layout(
     ``launch_order``: the classes' launch order (default: as in ``shapes``).
     """
     order = item_class.argsort(kind="stable")
-    items, item_class = items[order], item_class[order]
-    counts = items[:, 5]
-    items[:, 6] = counts.cumsum() - counts
-    row_query = q_perm[concat_ranges(items[:, 4], counts)]  # original query of each partial row
+    ordered, ordered_class = items[order], item_class[order]
+    counts = ordered[:, 5]
+    ordered[:, 6] = counts.cumsum() - counts
+    row_query = q_perm[concat_ranges(ordered[:, 4], counts)]  # original query of each partial row
     merge_rows = row_query.argsort(kind="stable")  # item order inside a query: deterministic
     merge_offsets = np.zeros(num_queries + 1, dtype=np.int64)
     np.bincount(row_query, minlength=num_queries).cumsum(out=merge_offsets[1:])
     none = np.zeros((OWN_RANGES, num_queries), dtype=np.int64)
-    return HostWork(slots, items, item_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes),
+    return HostWork(slots, ordered, ordered_class, q_perm, q_node, q_vis, merge_offsets, merge_rows, tuple(shapes),
                     none if own_start is None else own_start, none if own_len is None else own_len,
                     tuple(range(len(shapes))) if launch_order is None else launch_order)
 
