@@ -21,7 +21,7 @@ from rich.table import Table
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
-from thoughttree.kernels import WorkConfig
+from thoughttree.kernels import TileConfig, WorkConfig
 from thoughttree.runtime.model import Transformer
 from thoughttree.runtime.model_config import ModelConfig
 
@@ -125,7 +125,7 @@ SWEEP = (
     WorkConfig(waves=4.0, min_chunk=64),
     WorkConfig(early_merge=False),
     # The 64-row class's tile (block_m, block_n, warps, stages), the other two as shipped.
-    *(WorkConfig(tiles=((16, 32, 4, 5), t, (128, 64, 8, 5))) for t in ((64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (64, 32, 4, 5), (64, 64, 8, 4))),
+    *(WorkConfig(tiles=(TileConfig(16, 32, 4, 5), TileConfig(*t), TileConfig(128, 64, 8, 5))) for t in ((64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (64, 32, 4, 5), (64, 64, 8, 4))),
 )
 
 

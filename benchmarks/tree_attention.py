@@ -114,7 +114,7 @@ def parse_args() -> argparse.Namespace:
 
 def launches(work: WorkPlan) -> str:
     """A work plan's partial launches in launch order, as items per KV head @ query rows."""
-    return " + ".join(f"{c.num_items}@{c.block_m}" for c in work.classes) or "none"
+    return " + ".join(f"{c.num_items}@{c.tile.block_m}" for c in work.classes) or "none"
 
 
 def markdown(path: str, tables: list[tuple[list[str], list[list[str]]]]) -> None:

@@ -28,7 +28,7 @@ from tree_timing import host_probe, timed  # noqa: E402
 from tree_workloads import H_KV, H_Q, HEAD_DIM, WORKLOADS, make_plan, node_slot_arrays  # noqa: E402
 
 from thoughttree.kernels import WorkConfig  # noqa: E402
-from thoughttree.kernels.plan.workplan import tree_host_work, tree_work  # noqa: E402
+from thoughttree.kernels.plan.tree_work import tree_host_work, tree_work  # noqa: E402
 
 
 def ms(times: tuple[float, float]) -> str:

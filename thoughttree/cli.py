@@ -27,7 +27,7 @@ from .commands.serve import add_serve
 from .commands.warmup import add_warmup
 from .runtime.ranks import RankFailure
 from .search.interrupts import EXIT_CODES
-from .search.runner import RunError, unlock_run_files
+from .search.run_output import RunError, unlock_run_files
 from .tree.serialize import RunFileError
 
 if TYPE_CHECKING:

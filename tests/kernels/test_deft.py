@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_attention, tree_attention
+from thoughttree.kernels import TileConfig, WorkConfig, deft_tree_attention, per_sequence_attention, tree_attention
 from thoughttree.kernels import deft_ws
 from thoughttree.kernels.deft import deft_work, merge_heads
 
@@ -25,7 +25,7 @@ CPU = dict(d=64, dtype=torch.float16, device="cpu")
 SMALL_CHUNKS = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, wide_tiles=(0, 0), fold_unshared=False)
 ALL_SHARED = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=0, fold_unshared=False, merge_block=4)  # one-token nodes shared
 PREFETCHED = WorkConfig(  # register pipeline
-    waves=4.0, num_sms=32, min_chunk=16, tiles=((16, 16, 4, 1), (64, 32, 4, 1)), fold_unshared=False
+    waves=4.0, num_sms=32, min_chunk=16, tiles=(TileConfig(16, 16, 4, 1), TileConfig(64, 32, 4, 1)), fold_unshared=False
 )
 NO_FOLD = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, fold_own=0)  # own keys as partial items
 ALL_OWN = WorkConfig(waves=4.0, num_sms=32, min_chunk=16, small_node=64, fold_own=1000, merge_block=8)  # nodes < 64 read by the merge
@@ -211,7 +211,7 @@ def test_a_wide_launch_sized_for_fewer_sms(wide_sms: int | None) -> None:
     parents, lengths = [-1] + [0] * 20, [900] + [40] * 20
     q, k, v, plan = build(parents, lengths, list(range(1, 21)), None, h_q=8, h_kv=1, page_size=16, **CPU)
     cfg = WorkConfig(num_sms=8, min_chunk=16, wide_tiles=(0, 0), fold_unshared=False, wide_sms=wide_sms)
-    launches = [(c.block_m, c.num_items) for c in deft_work(plan, 8, 1, 64, cfg).classes]
+    launches = [(c.tile.block_m, c.num_items) for c in deft_work(plan, 8, 1, 64, cfg).classes]
     assert launches == [(128, {None: 6, 0: 8, 3: 2}[wide_sms]), (16, 20)]
     assert_close_to_reference(deft_tree_attention(q, k, v, plan, config=cfg), q, k, v, plan)
 

@@ -12,7 +12,7 @@ from thoughttree.kernels import WorkConfig, deft_tree_attention, per_sequence_at
 
 from thoughttree.kernels import deft, deft_ws
 from thoughttree.kernels.deft import _launch_partials, deft_work
-from thoughttree.kernels.plan.sizing import TILE_NEEDS, programs_per_sm
+from thoughttree.kernels.plan.tiles import TILE_NEEDS, programs_per_sm
 
 from tree_cases import assert_close_to_reference, build, leaves, tree_shape
 
@@ -128,7 +128,7 @@ def test_tile_needs_match_the_compiled_kernels() -> None:
     q, k, v, plan = build(parents, lengths, list(range(1, 65)) + list(range(66, 90)), None, h_q=32, h_kv=8, d=128,
                           page_size=16, dtype=torch.bfloat16, device="cuda")
     work = deft_work(plan, 32, 8, 128, WorkConfig(fold_unshared=False))
-    shapes = {(c.block_m, c.block_n, c.num_warps, c.num_stages): c for c in work.classes}
+    shapes = {c.tile: c for c in work.classes}
     assert set(shapes) == set(TILE_NEEDS)
     props = torch.cuda.get_device_properties(0)
     smem, regs = props.shared_memory_per_multiprocessor, props.regs_per_multiprocessor
@@ -184,7 +184,7 @@ def test_warp_specialized_tile_equals_the_triton_tile(dtype: torch.dtype, h_q: i
     if pages == "padded":
         k, v = _padded_pages(k), _padded_pages(v)
     config = WorkConfig(wide_tiles=(0, 0)) if rows == 128 else WorkConfig(max_block_m=64)
-    assert any(c.block_m == rows for c in deft_work(plan, h_q, h_kv, 128, config).classes)
+    assert any(c.tile.block_m == rows for c in deft_work(plan, h_q, h_kv, 128, config).classes)
     assert rows in deft_ws.TILES and deft_ws.fits(k, v)
     out = deft_tree_attention(q, k, v, plan, config=config)
     triton_tile = deft_tree_attention(q, k, v, plan, config=dataclasses.replace(config, warp_specialized=False))

@@ -15,7 +15,7 @@ import torch
 
 from thoughttree.kernels import deft_ws
 from thoughttree.kernels.deft import _hopper
-from thoughttree.kernels.plan.sizing import SM_LIMITS, TILE_NEEDS, programs_per_sm
+from thoughttree.kernels.plan.tiles import SM_LIMITS, TILE_NEEDS, TileConfig, programs_per_sm
 
 
 def test_fits_needs_head_dim_128_and_16_byte_rows() -> None:
@@ -57,7 +57,7 @@ def test_kernel_builds_for_hopper_within_the_planned_residency(builds: list[dict
         assert b["barriers"] == 2 * tile.stages + (2 if tile.consumers == 2 else 0), b
         assert b["stack"] in (0, None), f"registers spill: {b}"
         # As many programs per SM as the planner's table gives the Triton tile of the class.
-        triton_tile = next(s for s in TILE_NEEDS if s[0] == b["rows"])
-        ws_tile = (b["rows"], deft_ws.BLOCK_N, b["warps"], tile.stages)
+        triton_tile = next(s for s in TILE_NEEDS if s.block_m == b["rows"])
+        ws_tile = TileConfig(b["rows"], deft_ws.BLOCK_N, b["warps"], tile.stages)
         got = programs_per_sm(ws_tile, 128, smem, regs, (b["shared"], tile.max_regs))
         assert got == programs_per_sm(triton_tile, 128, smem, regs), b

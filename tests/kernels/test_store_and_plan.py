@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from thoughttree.kernels import plan_tree_attention, store_kv, store_kv_reference
 from thoughttree.kernels.plan.decode_work import TAIL_PIECE, decode_work
 from thoughttree.kernels.plan.topology import WALK_NODES, _preorder_by_jumping, _preorder_by_walk, concat_ranges, path_sums, preorder
-from thoughttree.kernels.plan.sizing import SM_LIMITS, programs_per_sm, tile_shapes
-from thoughttree.kernels.plan.workplan import OWN_BLOCKS, WorkConfig, aligned_starts, tree_host_work, tree_work, upload_int32
+from thoughttree.kernels.plan.tiles import SM_LIMITS, TileConfig, programs_per_sm, tile_shapes
+from thoughttree.kernels.plan.tree_work import tree_host_work, tree_work
+from thoughttree.kernels.plan.work_config import OWN_BLOCKS, WorkConfig
+from thoughttree.kernels.plan.workplan import aligned_starts, upload_int32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -174,7 +176,7 @@ def _class_items(parents: list[int], lengths: list[int], queries: list[int], cfg
     for c, shape in enumerate(host.shapes):
         chunk = host.items[host.item_class == c, 1]
         if len(chunk):
-            out[shape[0]] = (8 * len(chunk), int(chunk.max()))
+            out[shape.block_m] = (8 * len(chunk), int(chunk.max()))
     return out
 
 
@@ -254,9 +256,8 @@ def _launch_rows(parents: list[int], lengths: list[int], queries: list[int], cfg
     work = tree_work(plan, 32, 8, 128, cfg)
     assert sorted(host.launch_order) == list(range(len(host.shapes)))
     for c in work.classes:  # each launch holds exactly the items of its class
-        shape = (c.block_m, c.block_n, c.num_warps, c.num_stages)
-        assert (host.item_class[c.first_item : c.first_item + c.num_items] == host.shapes.index(shape)).all()
-    return [c.block_m for c in work.classes]
+        assert (host.item_class[c.first_item : c.first_item + c.num_items] == host.shapes.index(c.tile)).all()
+    return [c.tile.block_m for c in work.classes]
 
 
 def test_the_longest_launch_goes_first() -> None:
@@ -285,8 +286,8 @@ def test_programs_per_sm_follow_shared_memory_and_registers() -> None:
     # registers), one 128-row one.
     assert [programs_per_sm(s, 128, *SM_LIMITS) for s in shapes] == [5, 2, 1]
     assert [programs_per_sm(s, 128, 100 * 1024, SM_LIMITS[1]) for s in shapes] == [2, 1, 1]  # never fewer than one
-    assert programs_per_sm((16, 32, 4, 2), 128, *SM_LIMITS) == 4  # estimated: 36 KiB, 116 registers a thread
-    assert programs_per_sm((64, 128, 4, 4), 128, *SM_LIMITS) == 1  # more shared memory than an SM has
+    assert programs_per_sm(TileConfig(16, 32, 4, 2), 128, *SM_LIMITS) == 4  # estimated: 36 KiB, 116 registers a thread
+    assert programs_per_sm(TileConfig(64, 128, 4, 4), 128, *SM_LIMITS) == 1  # more shared memory than an SM has
 
 
 def test_work_config_rejects_bad_rounds() -> None:

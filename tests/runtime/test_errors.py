@@ -133,7 +133,7 @@ def test_a_device_dtype_or_attention_that_cannot_run_is_refused_before_loading(t
 
 
 def test_a_dtype_from_config_or_one_the_gpu_lacks_is_refused_by_name(tiny_model_dir, monkeypatch) -> None:
-    from thoughttree.runtime.lm import resolve_dtype
+    from thoughttree.runtime.load_options import resolve_dtype
     from thoughttree.runtime.model_config import ModelConfig
 
     config = json.loads((tiny_model_dir / "config.json").read_text())

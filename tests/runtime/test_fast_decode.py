@@ -15,7 +15,7 @@ import torch
 from tiny_models import make_model
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig
-from thoughttree.kernels.plan import workplan
+from thoughttree.kernels.plan import tree_work
 from thoughttree.kernels import linear as few_rows
 from thoughttree.runtime.engine import DecodeRequest
 from thoughttree.runtime.graphs import Capacity, DecodeArena, row_bucket
@@ -113,8 +113,8 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
         folds.append(out is not None)
         return out
 
-    real = workplan._short_launches
-    monkeypatch.setattr(workplan, "_short_launches", spy)
+    real = tree_work._short_launches
+    monkeypatch.setattr(tree_work, "_short_launches", spy)
     greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
     runs = []
     for fast, works in ((True, (WorkConfig(), WorkConfig(fold_launches=False))), (False, (WorkConfig(),))):

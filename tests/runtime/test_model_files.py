@@ -9,7 +9,7 @@ import torch
 
 from thoughttree import LM, RuntimeConfig
 from thoughttree.commands.model import bundled_model_path
-from thoughttree.runtime.lm import CPU_PATHS, _pool_pages
+from thoughttree.runtime.load_options import CPU_PATHS, pool_pages
 from thoughttree.runtime.model_config import ModelConfig
 
 
@@ -25,10 +25,10 @@ def test_the_cpu_pool_holds_full_context_paths_not_a_fixed_gibibyte(tiny_model_d
 def test_a_large_model_on_the_cpu_stays_within_a_gibibyte():
     cfg = ModelConfig.from_dict(json.loads((bundled_model_path() / "config.json").read_text()))
     big = dataclasses.replace(cfg, num_layers=64, num_kv_heads=8, head_dim=128, max_position_embeddings=32768)
-    pages = _pool_pages(big, RuntimeConfig(), torch.float32, torch.device("cpu"))
+    pages = pool_pages(big, RuntimeConfig(), torch.float32, torch.device("cpu"))
     per_page = 2 * 64 * 16 * 8 * 128 * 4
     assert pages == (1 << 30) // per_page
-    assert _pool_pages(cfg, RuntimeConfig(kv_memory_bytes=1 << 20), torch.float32, torch.device("cpu")) == 8
+    assert pool_pages(cfg, RuntimeConfig(kv_memory_bytes=1 << 20), torch.float32, torch.device("cpu")) == 8
 
 
 def test_the_bundled_tokenizer_knows_the_models_context():

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from thoughttree.cli import main
-from thoughttree.search.runner import Problem, RunError, RunOptions, lock_path, run_problems
+from thoughttree.search.run_output import lock_path
+from thoughttree.search.runner import Problem, RunError, RunOptions, run_problems
 from thoughttree.tree import ThoughtTree
 from thoughttree.tree.serialize import load_run, tree_to_dict
 

@@ -110,10 +110,10 @@ def test_wire_special_values_and_bad_input():
 
 
 def test_the_sandbox_imports_only_the_standard_library_and_itself():
-    allowed = {"__future__", "ast", "atexit", "builtins", "call", "ctypes", "concurrent", "contextlib", "dataclasses",
-               "decimal", "io", "json", "math", "os", "pathlib", "re", "resource", "secrets", "select", "selectors",
-               "shutil", "signal", "stat", "subprocess", "sys", "tempfile", "threading", "time", "traceback", "types",
-               "typing", "wire"}
+    allowed = {"__future__", "ast", "atexit", "builtins", "call", "candidate", "children", "ctypes", "concurrent",
+               "contextlib", "dataclasses", "decimal", "driver", "io", "json", "math", "os", "pathlib", "re", "resource",
+               "secrets", "select", "selectors", "shutil", "signal", "stat", "streams", "subprocess", "sys", "tempfile",
+               "threading", "time", "traceback", "types", "typing", "wire"}
     for path in Path(sandbox.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):

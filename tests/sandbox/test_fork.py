@@ -47,7 +47,10 @@ PROGRAMS = {
     "memory error": "x = bytearray(4 * 2 ** 30)",
     "own excepthook": "import sys\nsys.excepthook = lambda *a: print('hooked', a[0].__name__, file=sys.stderr)\nraise KeyError(1)",
     "its own /proc entries": "import os\nprint(sorted(os.listdir('/proc/self/fd')), len(open('/proc/self/status').read()) > 0)",
-    "the sandbox's own modules": "try:\n    import wire\nexcept ImportError as e:\n    print(type(e).__name__)",
+    "the sandbox's own modules": (
+        "for name in ('wire', 'call', 'streams', 'children', 'candidate'):\n    try:\n        __import__(name)\n"
+        "        print(name)\n    except ImportError as e:\n        print(type(e).__name__)"
+    ),
     "stdout set to None": "import sys\nprint('shown')\nsys.stdout.flush()\nsys.stdout = None",
 }
 

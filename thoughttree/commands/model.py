@@ -117,7 +117,7 @@ def check_device(device: str | None) -> None:
         raise CliError(f"--device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)")
     if device.startswith("cpu"):
         return
-    from ..runtime.lm import resolve_device
+    from ..runtime.load_options import resolve_device
 
     try:
         resolve_device(device)

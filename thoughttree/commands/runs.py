@@ -16,7 +16,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..search.runner import lock_run_file, unlock_run_file
+from ..search.run_output import lock_run_file, unlock_run_file
 from ..view.live import format_stat
 from ..tree.export import graphml_text, to_dot
 from ..view.render import legend, one_line, show

@@ -12,11 +12,13 @@ from .attention import BACKENDS, tree_attention  # noqa: E402 (after the cache i
 from .plan.tree_plan import TreePlan, plan_tree_attention  # noqa: E402 (after the cache is named)
 from .reference import store_kv_reference, tree_attention_reference  # noqa: E402 (after the cache is named)
 from .store import store_kv  # noqa: E402 (after the cache is named)
-from .plan.workplan import WorkConfig  # noqa: E402 (after the cache is named)
+from .plan.tiles import TileConfig  # noqa: E402 (after the cache is named)
+from .plan.work_config import WorkConfig  # noqa: E402 (after the cache is named)
 from .deft import deft_tree_attention, per_sequence_attention  # noqa: E402 (after the cache is named)
 
 __all__ = [
     "BACKENDS",
+    "TileConfig",
     "TreePlan",
     "WorkConfig",
     "deft_tree_attention",

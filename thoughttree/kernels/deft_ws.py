@@ -1,8 +1,8 @@
 """DeFT's partial kernel for the 64- and 128-row tiles, warp-specialised for Hopper (Gluon).
 
-Same work items, inputs and partial outputs as :func:`deft._partial_kernel` (bitwise equal on a
-Hopper GPU), organised as FlashAttention-3 organises a tile. Each program (work item, KV head) is
-split into warpgroups with their own jobs and registers:
+Same work items, inputs and partial outputs as :func:`deft_kernels.partial_kernel` (bitwise equal
+on a Hopper GPU), organised as FlashAttention-3 organises a tile. Each program (work item, KV head)
+is split into warpgroups with their own jobs and registers:
 
 - a producer warpgroup gathers the item's K and V rows by slot id with ``cp.async`` into a ring
   of shared-memory stages, loading each tile's slot ids one tile ahead, and signals
@@ -37,7 +37,7 @@ from triton.language.extra.cuda import gdc_launch_dependents
 if TYPE_CHECKING:
     import torch
 
-_NEG = gl.constexpr(-1.0e30)  # as deft._NEG: a finite "minus infinity"
+_NEG = gl.constexpr(-1.0e30)  # as deft_kernels._NEG: a finite "minus infinity"
 # ``cp.async`` into shared memory: async_copy_global_to_shared in Triton 3.6, async_load from 3.7.
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
@@ -127,13 +127,13 @@ def _consumer(Q, QPERM, QNODE, QVIS, PO, PLSE, kbuf, vbuf, full, empty, turn,
     row_ok = qi < q_count
     qnode = gl.load(QNODE + q_start + qi, mask=row_ok, other=-2)
     qvis = gl.load(QVIS + q_start + qi, mask=row_ok, other=0)
-    # Keys [0, lim) of the chunk are visible, as in deft._partial_kernel.
+    # Keys [0, lim) of the chunk are visible, as in deft_kernels.partial_kernel.
     lim = gl.where(qnode == node, gl.minimum(qvis - t0, kv_len), kv_len)
     lim = gl.where(row_ok, lim, 0)
     # With two consumers, tiles that every row sees whole skip the mask, as in
-    # deft._partial_kernel: all but a ragged last one, unless a row is one of the node's own
-    # queries (a causal prefix): 64 fewer instructions per warp and tile. The one-consumer tile
-    # keeps the mask, as skipping it measured slower on some small calls (docs/perf-log/).
+    # deft_kernels.partial_kernel: all but a ragged last one, unless a row is one of the node's
+    # own queries (a causal prefix): 64 fewer instructions per warp and tile. The one-consumer
+    # tile keeps the mask, as skipping it measured slower on some small calls (docs/perf-log/).
     whole = gl.min(gl.where(row_ok, lim, kv_len), axis=0)
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
     m_i = gl.full([64], _NEG, gl.float32, gl.SliceLayout(1, S_L))
@@ -256,7 +256,7 @@ def ws_partial_kernel(
     EARLY: gl.constexpr, NC: gl.constexpr,
 ):
     """One program per (work item, KV head) of a tile class of 64 * NC rows (NC consumers);
-    arguments as deft._partial_kernel."""
+    arguments as deft_kernels.partial_kernel."""
     if EARLY:  # the merge may launch once every program here has started
         gdc_launch_dependents()
     item = ITEMS + (first_item + gl.program_id(0)) * NFIELDS

@@ -10,14 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import EngineStats
+    from .engine_stats import EngineStats
     from .kv_pool import KVPool, KVPoolExhausted
     from .kv_tree import KVTree, Segment
     from .lm import LM
     from .model_config import SUPPORTED, ModelConfig, ModelLoadError
 
 _HOMES = {
-    "EngineStats": "engine",
+    "EngineStats": "engine_stats",
     "KVPool": "kv_pool",
     "KVPoolExhausted": "kv_pool",
     "KVTree": "kv_tree",

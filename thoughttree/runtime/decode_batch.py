@@ -20,12 +20,13 @@ import torch
 
 from ..kernels import plan_tree_attention
 from ..kernels.plan.decode_work import decode_work
-from .graphs import Capacity
+from .arena_buffers import Capacity, StepInputs
 from .kv_tree import Segment
 from .sampler import sample_packed
 
 if TYPE_CHECKING:
-    from .engine import DecodeRequest, Engine
+    from .decode_requests import DecodeRequest
+    from .engine import Engine
 
 
 class DecodeBatch:
@@ -111,32 +112,33 @@ class DecodeBatch:
         rows = range(r) if whole else [self.row_of[i] for i in ids]
         alive = slice(None) if whole else np.array(rows, dtype=np.int64)
         live = tails if whole else [tails[row] for row in rows]
-        inputs = np.empty((4, r), dtype=np.int64)
-        inputs[3] = [len(t.tokens) for t in tails]
-        inputs[:2] = 0  # finished rows: token 0 at position 0, written to the scratch slot
+        inputs = StepInputs.empty(r)
+        tokens, positions, slots, tail_lens = inputs.tokens, inputs.positions, inputs.slots, inputs.tail_lens
+        tail_lens[:] = [len(t.tokens) for t in tails]
+        tokens[:] = positions[:] = 0  # finished rows: token 0 at position 0, written to the scratch slot
         scratch = self.engine.kv.pool.scratch_slot
-        inputs[2] = scratch
+        slots[:] = scratch
         parents = {}  # id -> parent segment whose last token's KV this step writes
         if from_device:
-            inputs[0, alive] = -1
-            inputs[2, alive] = [t.slots[-1] for t in live]
+            tokens[alive] = -1
+            slots[alive] = [t.slots[-1] for t in live]
         else:
             for t, row in zip(live, rows):
                 if t.tokens:
-                    inputs[0, row], inputs[2, row] = t.tokens[-1], t.slots[-1]
+                    tokens[row], slots[row] = t.tokens[-1], t.slots[-1]
                     continue
                 p = self.requests[row].parent
-                inputs[0, row], inputs[2, row] = p.tokens[-1], scratch
+                tokens[row], slots[row] = p.tokens[-1], scratch
                 if p.written < len(p.tokens) and p.id not in parents:
-                    inputs[2, row] = p.slots[-1]
+                    slots[row] = p.slots[-1]
                     parents[p.id] = p
-        inputs[1, alive] = self.starts[alive] + inputs[3, alive] - 1
+        positions[alive] = self.starts[alive] + tail_lens[alive] - 1
         held = self.arena.num_graphs
         logits = self.arena.step(inputs)
         for t in [*live, *parents.values()]:
             t.written = len(t.tokens)
         stats = self.engine.stats
-        grown = int(inputs[3, alive].sum())
+        grown = int(tail_lens[alive].sum())
         stats.forward_steps += 1
         stats.fast_steps += 1
         stats.graph_replays += int(self.arena.replayed)
@@ -148,7 +150,7 @@ class DecodeBatch:
                 logits[:r].float(),
                 [q.sampling for q in self.requests],
                 [q.seed for q in self.requests],
-                inputs[3].tolist(),
+                tail_lens.tolist(),
                 fused=True,
             )
             self.arena.sampled[:r] = packed

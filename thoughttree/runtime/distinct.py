@@ -31,6 +31,7 @@ import torch
 from ..config import Sampling
 from ..kernels.reference import uniform_noise
 from ..tree import Generation, Node
+from .decode_requests import DecodeRequest, Ends
 from .kv_tree import Segment
 from .sampler import _filter
 
@@ -146,10 +147,8 @@ class _Search:
     """The beams of one ``decode_distinct`` call and the KV they hold."""
 
     def __init__(self, engine: Engine, requests: Sequence[DistinctRequest]) -> None:
-        from .engine import DecodeRequest, _Ends
-
         self.engine, self.requests = engine, list(requests)
-        self.ends = _Ends(
+        self.ends = Ends(
             [DecodeRequest(r.parent, r.sampling, r.seed) for r in requests], engine.eos, engine.max_context
         )
         keys = [int(r.seed) & ((1 << 63) - 1) for r in requests]

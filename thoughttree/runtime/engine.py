@@ -2,122 +2,42 @@
 
 A general step gathers the segments on the paths of everything it touches, computes every
 token that has a slot but no KV yet (prefill rows, and the pending last token of finished
-generations), adds rows that only recompute an already-written token whose logits are wanted,
-builds one tree-attention plan for all rows and runs the model once: with the Triton kernels
-and at most ``RuntimeConfig.graph_max_rows`` rows on the decode buffers (a graph replay on the
-GPU; a few rows cost the host as much as many in an eager forward), else eagerly. Decoding
-uses one such step for its first token when a parent needs a prefill; with the Triton kernels,
-the steps after it run on fixed buffers (:mod:`decode_batch`, :mod:`graphs`), replayed as CUDA
-graphs on the GPU.
+generations), adds rows that only recompute an already-written token whose logits are wanted
+(:mod:`step_rows`), builds one tree-attention plan for all rows and runs the model once: with
+the Triton kernels and at most ``RuntimeConfig.graph_max_rows`` rows on the decode buffers (a
+graph replay on the GPU; a few rows cost the host as much as many in an eager forward), else
+eagerly. Decoding (:mod:`decode_requests`) uses one such step for its first token when a parent
+needs a prefill; with the Triton kernels, the steps after it run on fixed buffers
+(:mod:`decode_batch`, :mod:`graphs`), replayed as CUDA graphs on the GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, ContextManager, Sequence, TypeVar
 
 import numpy as np
 import torch
 
-from ..config import RuntimeConfig, Sampling
+from ..config import RuntimeConfig
 from ..kernels import TreePlan, WorkConfig, plan_tree_attention, tree_attention
 from ..kernels.plan.decode_work import decode_work
+from ..kernels.plan.tiles import TileConfig
+from .arena_buffers import Capacity, StepInputs, row_bucket
 from .capture import CaptureFailures, CudaGraphs, GraphCapture
 from .decode_batch import DecodeBatch
-from .graphs import Capacity, DecodeArena, row_bucket
+from .decode_requests import DecodeRequest, Decoded, Ends
+from .engine_stats import EngineStats
+from .graphs import DecodeArena
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .sampler import sample_packed, unpack
 from .speculative.speculator import Speculator
+from .step_rows import StepRows, step_rows
 from .stops import StopWindow
 
-
-@dataclass
-class EngineStats:
-    """Running counters; read before and after a call to get its cost."""
-
-    forward_steps: int = 0
-    prefill_tokens: int = 0  # tokens of given text whose KV was computed
-    generated_tokens: int = 0
-    attended_tokens: int = 0  # KV tokens read, summed over query rows (what per-sequence attention reads)
-    unique_tokens: int = 0  # distinct KV tokens in each step's tree, summed over steps
-    fast_steps: int = 0  # decode steps run on fixed buffers (graph replays among them)
-    graph_replays: int = 0
-    overlapped_steps: int = 0  # fast steps queued before the host had read the draws of the step before
-    graphs: int = 0  # CUDA graphs held now
-    graph_captures: int = 0  # graphs captured (a bucket's first step, and again after the buffers grow)
-    graph_bytes: int = 0  # device memory held by them and their buffers
-    graph_failures: int = 0  # captures that raised (their buckets run eagerly)
-    plan_builds: int = 0  # decode-run plans built (once per batch and each time its rows change)
-    plans_ahead: int = 0  # of those, built while the step before ran and used
-    speculative_steps: int = 0  # forwards that verified drafts (or could have: see speculative/)
-    draft_tokens: int = 0  # draft tokens verified
-    accepted_tokens: int = 0  # draft tokens kept (equal to the target's draws)
-    draft_seconds: float = 0.0  # time the drafters took
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.generated_tokens / self.forward_steps if self.forward_steps else 0.0
-
-    @property
-    def reuse_factor(self) -> float:
-        return self.attended_tokens / self.unique_tokens if self.unique_tokens else 1.0
-
-    def note_graphs(self, arena: DecodeArena, held: int | None = None) -> None:
-        """Record the graphs ``arena`` holds and their memory. ``held``: how many it held before
-        a step (the rest that step captured; nothing to record when it captured none)."""
-        self.graph_failures = arena.failures.count
-        if held is not None:
-            if arena.num_graphs == held:
-                return
-            self.graph_captures += arena.num_graphs - held
-        self.graphs, self.graph_bytes = arena.num_graphs, arena.graph_bytes + arena.buffer_bytes
-
-
-@dataclass(frozen=True)
-class DecodeRequest:
-    parent: Segment
-    sampling: Sampling
-    seed: int
-
-
-@dataclass
-class Decoded:
-    segment: Segment
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str = ""
-
-
 PLACEHOLDER = -1  # a reserved token whose value the host has not read yet
-
-
-class _Ends:
-    """How each request of one decode call can end, worked out once for all its steps.
-
-    A request's generated tokens reach its length limit at ``limit[i]`` tokens (its
-    ``max_tokens``, or the room left in the model's context after its parent). ``on_token[i]``
-    maps a token that ends it to the reason (EOS unless ignored, then its stop tokens); requests
-    with the same Sampling share one map. ``stops[i]`` are its stop strings.
-    """
-
-    def __init__(self, requests: Sequence[DecodeRequest], eos: AbstractSet[int], max_context: int) -> None:
-        self.limit = [min(r.sampling.max_tokens, max_context - r.parent.end) for r in requests]
-        maps: dict[int, dict[int, str]] = {}
-        for r in requests:
-            sp = r.sampling
-            if id(sp) not in maps:
-                maps[id(sp)] = {t: "stop" for t in sp.stop_token_ids} | ({} if sp.ignore_eos else dict.fromkeys(eos,
-                                                                                                                "eos"))
-        self.on_token = [maps[id(r.sampling)] for r in requests]
-        self.stops = [r.sampling.stop for r in requests]
 
 
 class _EagerKV:
@@ -210,82 +130,52 @@ class Engine:
 
         Every token without KV on the paths of ``targets`` and ``extra`` is computed and stored.
         """
-        order: list[Segment] = []
-        index: dict[int, int] = {}
-        for target in [t[0] for t in targets] + list(extra):
-            for s in target.path():
-                if s.id not in index:
-                    index[s.id] = len(order)
-                    order.append(s)
-        # Rows: every token without KV, segment by segment (tokens and slots copied as list
-        # slices, nodes and offsets computed for all rows at once), then a row per target whose
-        # token already has KV.
-        written = np.fromiter((s.written for s in order), dtype=np.int64, count=len(order))
-        counts = np.fromiter((len(s.tokens) for s in order), dtype=np.int64, count=len(order)) - written
-        starts = np.fromiter((s.start for s in order), dtype=np.int64, count=len(order))
-        tokens: list[int] = []
-        slots: list[int] = []
-        for s in order:
-            if s.written < len(s.tokens):
-                tokens += s.tokens[s.written :]
-                slots += s.slots[s.written :]
-        num_write = len(tokens)
-        first = np.cumsum(counts) - counts  # each segment's first row
-        seg = np.repeat(np.arange(len(order)), counts)
-        offset = np.arange(num_write) - first[seg] + written[seg]  # each row's token within its segment
-        recomputed: dict[tuple[int, int], int] = {}  # (segment, offset) of a token with KV -> its recomputed row
-        target_rows = []
-        for s, j in targets:
-            i = index[s.id]
-            if j >= written[i]:
-                target_rows.append(int(first[i] + j - written[i]))
-                continue
-            if (i, j) not in recomputed:  # already has KV: recompute the row for its logits only
-                recomputed[(i, j)] = len(tokens)
-                tokens.append(s.tokens[j])
-                slots.append(-1)
-            target_rows.append(recomputed[(i, j)])
-        if not tokens:
+        rows = step_rows(targets, extra)
+        if not rows.tokens:
             return torch.empty(0, self.model.cfg.vocab_size)
-        n_re = len(recomputed)
-        nodes = np.concatenate([seg, np.fromiter((i for i, _ in recomputed), dtype=np.int64, count=n_re)])
-        offset = np.concatenate([offset, np.fromiter((j for _, j in recomputed), dtype=np.int64, count=n_re)])
-        visible, positions = offset + 1, starts[nodes] + offset
-        prefill = int(counts[[not s.generated for s in order]].sum())
         plan = plan_tree_attention(
-            [index[s.parent.id] if s.parent is not None else -1 for s in order],
-            [s.slot_array for s in order],
-            nodes,
-            visible,
+            rows.parents,
+            [s.slot_array for s in rows.segments],
+            rows.nodes,
+            rows.visible,
             page_size=self.kv.pool.page_size,
             device=self.model.device,
         )
-        if self.fast_decode and len(tokens) <= self.runtime.graph_max_rows:
-            logits = self._forward_on_arena(plan, np.stack([np.array(tokens), positions, np.array(slots)]), target_rows)
+        if self.fast_decode and len(rows.tokens) <= self.runtime.graph_max_rows:
+            logits = self._forward_on_arena(plan, rows)
         else:
-            dev = self.model.device
-            width = len(tokens) + len(tokens) % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
-            host_rows = np.zeros((3, width), dtype=np.int64)
-            host_rows[:, : len(tokens)] = [tokens, positions, slots]
-            rows = torch.from_numpy(host_rows).to(dev)[:, : len(tokens)]
-            step = _EagerKV(self.kv, plan, rows[2], num_write, self.attention)
-            hidden = self.model.forward(rows[0], rows[1], step)
-            logits = self.model.logits(hidden[torch.tensor(target_rows, device=dev, dtype=torch.long)])
-        for s in order:
+            logits = self._forward_eager(plan, rows)
+        for s in rows.segments:
             s.written = len(s.tokens)
         self.stats.forward_steps += 1
-        self.stats.attended_tokens += int((positions + 1).sum())
-        self.stats.unique_tokens += sum(len(s.tokens) for s in order)
-        self.stats.prefill_tokens += prefill
+        self.stats.attended_tokens += int((rows.positions + 1).sum())
+        self.stats.unique_tokens += sum(len(s.tokens) for s in rows.segments)
+        self.stats.prefill_tokens += rows.prefill
         return logits
 
-    def _forward_on_arena(self, plan: TreePlan, rows: np.ndarray, targets: list[int]) -> torch.Tensor:
-        """Logits [len(targets), vocab] (float32) of a general forward run on the decode buffers.
+    def _forward_eager(self, plan: TreePlan, rows: StepRows) -> torch.Tensor:
+        """Logits [len(rows.targets), vocab] (float32) of a general forward run eagerly."""
+        dev, n = self.model.device, len(rows.tokens)
+        width = n + n % 2  # each row of int64s starts 16-byte aligned (one compiled kernel)
+        host_rows = np.zeros((3, width), dtype=np.int64)
+        host_rows[0, :n] = rows.tokens
+        host_rows[1, :n] = rows.positions
+        host_rows[2, :n] = rows.slots
+        tokens, positions, slots = torch.from_numpy(host_rows).to(dev)[:, :n]
+        step = _EagerKV(self.kv, plan, slots, rows.num_write, self.attention)
+        hidden = self.model.forward(tokens, positions, step)
+        return self.model.logits(hidden[torch.tensor(rows.targets, device=dev, dtype=torch.long)])
 
-        rows: [3, T] tokens, positions and KV slots (-1: write nothing, sent to the scratch slot).
-        """
-        num_q = rows.shape[1]
-        rows[2, rows[2] < 0] = self.kv.pool.scratch_slot
+    def _forward_on_arena(self, plan: TreePlan, rows: StepRows) -> torch.Tensor:
+        """Logits [len(rows.targets), vocab] (float32) of a general forward run on the decode
+        buffers (recomputed rows write to the scratch slot)."""
+        inputs = StepInputs.empty(len(rows.tokens))
+        inputs.tokens[:] = rows.tokens
+        inputs.positions[:] = rows.positions
+        inputs.slots[:] = rows.slots
+        inputs.slots[inputs.slots < 0] = self.kv.pool.scratch_slot
+        inputs.tail_lens[:] = 0
+        num_q = inputs.rows
         m = self.model
         work = decode_work(plan, [np.zeros(0, dtype=np.int64)] * num_q, 0, m.num_heads, m.num_kv_heads, m.cfg.head_dim,
                            self.decode_work_config, share=self.attention == "deft")
@@ -293,15 +183,15 @@ class Engine:
         arena.load(work, num_q)
         held = arena.num_graphs
         # Targets may repeat a row (several samples of one parent): each row's logits once.
-        want = np.asarray(targets, dtype=np.int64)
+        want = np.asarray(rows.targets, dtype=np.int64)
         picked, inverse = np.unique(want, return_inverse=True)
-        logits = arena.forward_rows(rows, picked)
+        logits = arena.forward_rows(inputs, picked)
         self.stats.note_graphs(arena, held)
         if np.array_equal(picked, want):
             return logits
         return logits[torch.from_numpy(inverse.reshape(-1)).to(logits.device)]
 
-    def arena_for(self, need: Capacity, shapes: tuple[tuple[int, int, int, int], ...]) -> DecodeArena:
+    def arena_for(self, need: Capacity, shapes: tuple[TileConfig, ...]) -> DecodeArena:
         """The fixed buffers for a decode run of this size: the current ones, or larger ones."""
         old = self.arena
         cfg = self.decode_work_config
@@ -345,7 +235,7 @@ class Engine:
                 raise ValueError(
                     f"a path of {r.parent.end} tokens leaves no room in the model's context of {self.max_context}"
                 )
-        ends = _Ends(requests, self.eos, self.max_context)
+        ends = Ends(requests, self.eos, self.max_context)
         outs = [Decoded(self.kv.open_child(r.parent)) for r in requests]
         fused = self.model.device.type == "cuda"
         try:
@@ -385,10 +275,10 @@ class Engine:
         return outs
 
     def _decode_fast(
-        self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: _Ends
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], active: list[int], ends: Ends
     ) -> None:
-        """Decode steps on fixed buffers, from the first, each launched before the host reads the
-        draws of the one before.
+        """Decode steps on fixed buffers for the requests ``active``, from the first, each launched
+        before the host reads the draws of the one before.
 
         While step t runs, the host has already reserved a slot for the token step t draws and
         queued step t+1 to forward it straight from the device; then it reads step t's draws and
@@ -402,6 +292,7 @@ class Engine:
         run: DecodeBatch | None = None
         ahead: DecodeBatch | None = None  # the next run, planned while the last step of this one runs
         queued: tuple[list[int], int] | None = None  # requests of a launched step, its ticket
+        still = active  # the requests that go on after the step read last
         while queued is not None or still:
             if queued is None:
                 if run is None or not run.keeps(still):
@@ -458,7 +349,7 @@ class Engine:
             out.logprobs.append(lp)
         self.stats.generated_tokens += len(rows)
 
-    def _still_active(self, active: list[int], outs: list[Decoded], ends: _Ends) -> list[int]:
+    def _still_active(self, active: list[int], outs: list[Decoded], ends: Ends) -> list[int]:
         """Set each finished request's finish reason; returns the requests that go on."""
         reasons: dict[int, str] = {}
         on_token, stops = ends.on_token, ends.stops

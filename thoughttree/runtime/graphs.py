@@ -1,8 +1,9 @@
 """Fixed device buffers for decode steps, and the CUDA graphs replayed over them.
 
 A :class:`DecodeArena` holds every tensor a decode step reads: the step's inputs (token,
-position, KV slot and tail length per row), the rows' sampling parameters and the attention work
-of :mod:`kernels.decode_work`, padded to capacities. Loading a new run's work is one
+position, KV slot and tail length per row: :class:`arena_buffers.StepInputs`), the rows' sampling
+parameters and the attention work of :mod:`kernels.plan.decode_work`
+(:class:`arena_buffers.RunBuffers`), padded to capacities. Loading a new run's work is one
 host-to-device copy; a step is one small copy of its inputs and then either the eager forward or
 the replay of a graph captured for the step's row bucket. The step samples each row's next token
 on the device, and a row given token -1 reads the token the previous step sampled for it, so a
@@ -23,7 +24,6 @@ would stay allocated as long as the graph), and a bucket whose capture fails run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -32,75 +32,19 @@ import torch
 from ..kernels.plan.decode_work import TAIL_PIECE, DecodeWork
 from ..kernels.deft import run_work
 from ..kernels.sample import gumbel_sample
-from ..kernels.plan.workplan import ITEM_FIELDS, OWN_RANGES, TileClass, WorkConfig, WorkPlan, aligned_starts
+from ..kernels.plan.tiles import TileConfig
+from ..kernels.plan.work_config import WorkConfig
+from ..kernels.plan.workplan import TileClass, WorkPlan
+from .arena_buffers import Capacity, RunBuffers, StepInputs, row_bucket
 from .capture import CaptureFailures, Graph, GraphCapture
 from .kv_pool import KVPool
 from .model import Transformer
-
-ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-def _grow(n: int, floor: int = 16) -> int:
-    return max(floor, 1 << max(0, n - 1).bit_length())
-
-
-def row_bucket(rows: int) -> int:
-    """The smallest bucket holding ``rows`` rows (beyond the table: the next multiple of 256)."""
-    for b in ROW_BUCKETS:
-        if rows <= b:
-            return b
-    return -(-rows // 256) * 256
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """Sizes of an arena's buffers: rows, slots, items per tile class, partial rows, tail pieces."""
-
-    rows: int
-    slots: int
-    items: tuple[int, ...]
-    partials: int
-    tail_pieces: int
-
-    @staticmethod
-    def needed(work: DecodeWork, rows: int, num_classes: int) -> Capacity:
-        counts = np.bincount(work.host.item_class, minlength=num_classes)
-        return Capacity(
-            row_bucket(rows), len(work.host.slots), tuple(int(c) for c in counts), work.host.num_partials,
-            len(work.tail_items),
-        )
-
-    def holds(self, other: Capacity) -> bool:
-        return (
-            self.rows >= other.rows and self.slots >= other.slots and self.partials >= other.partials
-            and self.tail_pieces >= other.tail_pieces and all(a >= b for a, b in zip(self.items, other.items))
-        )
-
-    def grown(self, other: Capacity | None, min_rows: int = 1) -> Capacity:
-        """Capacities for the need ``self`` over the arena ``other`` had (None: the first arena).
-
-        A size ``other`` holds stays. One it does not is rounded up to a power of two; slots,
-        partials and tail pieces twice over, since trees grow during a search and each rebuild
-        recaptures every graph, while their spare room costs only memory. Items stay tight: a
-        launch runs a program per item of capacity. Rows are at least ``min_rows``' bucket.
-        """
-        o = other or Capacity(0, 0, (0,) * len(self.items), 0, 0)
-
-        def room(need: int, had: int) -> int:
-            return had if other is not None and need <= had else _grow(2 * need)
-
-        return Capacity(
-            max(self.rows, o.rows, row_bucket(min_rows)), room(self.slots, o.slots),
-            tuple(_grow(max(a, b), 0) if max(a, b) else 0 for a, b in zip(self.items, o.items)),
-            room(self.partials, o.partials), room(self.tail_pieces, o.tail_pieces),
-        )
-
 
 class DecodeArena:
     """Decode-step buffers of one capacity over one model and KV pool, with their graphs."""
 
     def __init__(
-        self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[tuple[int, int, int, int], ...],
+        self, model: Transformer, pool: KVPool, cap: Capacity, shapes: tuple[TileConfig, ...],
         *, attention: str, config: WorkConfig, capture: GraphCapture | None, max_graph_rows: int,
         warmed: set[tuple] | None = None, logits: torch.Tensor | None = None, failures: CaptureFailures | None = None,
     ) -> None:
@@ -125,41 +69,28 @@ class DecodeArena:
         self.mempool = capture.pool() if capture is not None else None
         self.replayed = False  # whether the last step replayed a graph
         self.last_graph: Graph | None = None  # the graph it replayed (for timing it again)
-        # One int32 buffer, one copy per load: slots (+1 dummy), items (+1 dummy row), q_perm,
-        # q_node, q_vis, merge_offsets, merge_rows, tail_base, tail_items, tail_rows, tail_starts,
-        # own_start, own_len, and whether the tails are folded into the merge.
+        # A run's work, in one int32 buffer loaded by one copy from its pinned host mirror.
         r = cap.rows
-        n_items = sum(cap.items) + 1
-        self._sizes = [cap.slots + 1, n_items * ITEM_FIELDS, r, r, r, r + 1, cap.partials, r,
-                       cap.tail_pieces, cap.tail_pieces, cap.tail_pieces, OWN_RANGES * r, OWN_RANGES * r, 1]
-        self._starts = aligned_starts(self._sizes)  # every view 16-byte aligned: one compiled kernel
-        self.meta = torch.zeros(int(self._starts[-1]), dtype=torch.int32, device=dev)
-        self._host_meta = torch.zeros(int(self._starts[-1]), dtype=torch.int32, pin_memory=dev.type == "cuda")
-        (slots, items, q_perm, q_node, q_vis, offsets, rows_, tail_base, tail_items, tail_rows, tail_starts,
-         own_start, own_len, self.tail_fold) = (self.meta[a : a + n] for a, n in zip(self._starts, self._sizes))
-        self.own_len = own_len.view(OWN_RANGES, r)
-        self.slots, self.items = slots, items.view(n_items, ITEM_FIELDS)
-        self.tail_base, self.tail_items = tail_base, tail_items
-        self.tail_rows, self.tail_starts = tail_rows, tail_starts
+        self.buffers = buf = RunBuffers.allocate(cap, dev)
+        self._places, total = RunBuffers.layout(cap)
+        self._host_meta = torch.zeros(total, dtype=torch.int32, pin_memory=dev.type == "cuda")
         # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
         # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
         classes, first = [], 0
-        for (bm, bn, warps, stages), n in zip(shapes, cap.items):
+        for tile, n in zip(shapes, cap.items):
             if n:
-                classes.append(TileClass(bm, bn, warps, stages, first, n))
+                classes.append(TileClass(tile, first, n))
             first += n
-        self._class_offsets = np.cumsum([0, *cap.items])
         self.work = WorkPlan(
-            slots=slots, items=self.items, q_perm=q_perm, q_node=q_node, q_vis=q_vis,
-            merge_offsets=offsets, merge_rows=rows_,
+            slots=buf.slots, items=buf.items, q_perm=buf.q_perm, q_node=buf.q_node, q_vis=buf.q_vis,
+            merge_offsets=buf.merge_offsets, merge_rows=buf.merge_rows,
             partial_o=torch.empty(cap.partials, model.num_heads, cfg.head_dim, dtype=torch.float32, device=dev),
             partial_lse=torch.empty(cap.partials, model.num_heads, dtype=torch.float32, device=dev),
-            classes=tuple(classes), own_start=own_start.view(OWN_RANGES, r), own_len=self.own_len, own_stride=r,
+            classes=tuple(classes), own_start=buf.own_start, own_len=buf.own_len, own_stride=r,
             own_longest=max(config.fold_own, config.fold_tail),  # the longest a range its merge reads may grow
             **config.launch,
         )
-        # Per-step inputs, one row each: token (-1: the one this row drew last step), position, KV
-        # slot, tail length (= tokens sampled), and for a general forward the row whose logits
+        # Per-step inputs: the rows of StepInputs, then for a general forward the row whose logits
         # each output row takes. Two pinned host copies take turns, so writing one step's inputs
         # never races the upload of the step before.
         # Each copy moves a whole buffer (a few KB): a contiguous copy is one memcpy, while a
@@ -177,8 +108,8 @@ class DecodeArena:
         self.sampled = torch.zeros(r, 2, dtype=torch.float64, device=dev)
         self._host_out = list(torch.zeros(2, r, 2, dtype=torch.float64, pin_memory=pinned))
         self._host_out_np = [t.numpy() for t in self._host_out]
-        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0,
-                                                                                           1)}  # padding rows' inputs
+        # Padding rows' inputs (token 0 at position 0, the scratch slot) by their tail length.
+        self._padding = {pad: np.array([[0], [0], [pool.scratch_slot], [pad]]) for pad in (0, 1)}
         self._events = [torch.cuda.Event() for _ in range(2)] if pinned else None
         # The device's index for its current stream: torch.cuda.current_stream() without one asks
         # CUDA for the device count on every call, a host cost paid per step.
@@ -195,70 +126,45 @@ class DecodeArena:
         """Device bytes of its buffers, the engine's shared logits buffer included."""
         w = self.work
         shared = () if self.logits is None else (self.logits,)
-        held = (self.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse, *shared)
+        held = (self.buffers.meta, self.step_in, self.sampled, w.partial_o, w.partial_lse, *shared)
         return sum(t.numel() * t.element_size() for t in held)
 
     def load(self, work: DecodeWork, rows: int) -> None:
         """Copy a run's work into the buffers (padding items do nothing; padding rows see nothing)."""
-        cap, host = self.cap, work.host
-        counts = np.bincount(host.item_class, minlength=len(cap.items))
-        first = np.cumsum([0, *counts[:-1]])
-        # Item i of class c moves from first[c] + j to the class's region offset + j.
-        dest = self._class_offsets[host.item_class] + np.arange(len(host.items)) - first[host.item_class]
-        items = np.zeros((sum(cap.items) + 1, ITEM_FIELDS), dtype=np.int64)
-        items[dest] = host.items
-        dummy_slot, dummy_item = cap.slots, sum(cap.items)
-        slots = np.zeros(cap.slots + 1, dtype=np.int64)
-        slots[: len(host.slots)] = host.slots
-        r = cap.rows
-        offsets = np.full(r + 1, host.merge_offsets[-1], dtype=np.int64)
-        offsets[: rows + 1] = host.merge_offsets
-
-        def pad(a: np.ndarray, n: int, fill: int = 0) -> np.ndarray:
-            out = np.full(n, fill, dtype=np.int64)
-            out[: len(a)] = a
-            return out
-
-        parts = [
-            slots, items.reshape(-1), pad(host.q_perm, r), pad(host.q_node, r), pad(host.q_vis, r), offsets,
-            pad(host.merge_rows, cap.partials), pad(work.tail_base, r, dummy_slot),
-            pad(dest[work.tail_items], cap.tail_pieces, dummy_item), pad(work.tail_rows, cap.tail_pieces),
-            pad(work.tail_starts, cap.tail_pieces),
-            np.concatenate([pad(host.own_start[0], r), pad(host.own_start[1], r, dummy_slot)]),
-            np.concatenate([pad(a, r) for a in host.own_len]), np.array([int(work.folded)]),
-        ]
-        if max(int(a.max(initial=0)) for a in parts) >= 2**31:
+        parts = RunBuffers.pack(self.cap, work, rows)
+        if max(int(a.max(initial=0)) for a in parts.values()) >= 2**31:
             raise ValueError("decode work exceeds int32 indices; decode fewer rows at once")
         if self._events is not None:
             torch.cuda.current_stream(self._cuda).synchronize()  # no earlier upload from the pinned copy is pending
         host_meta = self._host_meta.numpy()
-        for a, start in zip(parts, self._starts):
+        for name, a in parts.items():
+            start = self._places[name].start
             host_meta[start : start + a.size] = a
-        self.meta.copy_(self._host_meta, non_blocking=True)
+        self.buffers.meta.copy_(self._host_meta, non_blocking=True)
 
-    def step(self, inputs: np.ndarray) -> torch.Tensor:
-        """Run one step for ``inputs`` [4, R] (tokens, positions, slots, tail lengths) and draw each
-        row's next token into :attr:`sampled`; returns the logits [R_b, V] in the model's dtype."""
+    def step(self, inputs: StepInputs) -> torch.Tensor:
+        """Run one step for ``inputs`` of R rows and draw each row's next token into
+        :attr:`sampled`; returns the logits [R_b, V] in the model's dtype."""
         b = self._upload(inputs, np.zeros(0, dtype=np.int64), tail_pad=1)
         return self._run(self.graphs, b, b, lambda: self._forward(b))
 
-    def forward_rows(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
-        """A general forward of the loaded work: ``inputs`` [3, R] (tokens, positions, KV slots)
-        and the distinct rows ``targets`` [n] (n <= R) whose logits [n, V] (float32) it returns.
+    def forward_rows(self, inputs: StepInputs, targets: np.ndarray) -> torch.Tensor:
+        """A general forward of the loaded work: ``inputs`` of R rows (tail lengths 0) and the
+        distinct rows ``targets`` [n] (n <= R) whose logits [n, V] (float32) it returns.
         Replayed from a graph per bucket of rows and of targets like the decode steps, it does
         no sampling and touches no tail."""
-        b = self._upload(np.concatenate([inputs, np.zeros((1, inputs.shape[1]), dtype=np.int64)]), targets, tail_pad=0)
+        b = self._upload(inputs, targets, tail_pad=0)
         t = row_bucket(len(targets))
         logits = self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)]
         return logits.to(torch.float32, copy=True)  # the buffer is rewritten by the next step
 
-    def _upload(self, inputs: np.ndarray, targets: np.ndarray, tail_pad: int) -> int:
-        """Write ``inputs`` [4, R] and ``targets`` into the next pinned buffer, padded to the
-        row bucket, and queue their copy to the device; returns the bucket."""
-        r = inputs.shape[1]
+    def _upload(self, inputs: StepInputs, targets: np.ndarray, tail_pad: int) -> int:
+        """Write ``inputs`` and ``targets`` into the next pinned buffer, padded to the row
+        bucket, and queue their copy to the device; returns the bucket."""
+        r = inputs.rows
         b = row_bucket(r)
         host = self._host_step_np[self._turn]
-        host[:4, :r] = inputs
+        host[:4, :r] = inputs.array
         host[:4, r:b] = self._padding[tail_pad]
         host[4, : len(targets)] = targets
         host[4, len(targets) : b] = 0
@@ -333,11 +239,12 @@ class DecodeArena:
         ids = torch.where(tokens >= 0, tokens, self.sampled[:b, 0].long())
         # The newest token of each row extends its tail window and its tail pieces (a row with no
         # tail yet, the first step's, forwards its parent's last token and extends nothing).
-        newest = self.tail_base[:b].long() + tail_len - 1
-        self.slots[torch.where(tail_len > 0, newest, self.cap.slots)] = slots.int()
-        piece_len = tail_len[self.tail_rows.long()] - self.tail_starts
-        self.items[self.tail_items.long(), 1] = piece_len.clamp(0, TAIL_PIECE).int()
-        self.own_len[1, :b] = tail_len.int() * self.tail_fold
+        buf = self.buffers
+        newest = buf.tail_base[:b].long() + tail_len - 1
+        buf.slots[torch.where(tail_len > 0, newest, self.cap.slots)] = slots.int()
+        piece_len = tail_len[buf.tail_rows.long()] - buf.tail_starts
+        buf.items[buf.tail_items.long(), 1] = piece_len.clamp(0, TAIL_PIECE).int()
+        buf.own_len[1, :b] = tail_len.int() * buf.tail_fold
         self.write_slots, self.num_write = slots, b
         hidden = self.model.forward(ids, pos, self)
         logits = self._logits(hidden)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections import Counter
 from pathlib import Path
@@ -16,99 +15,16 @@ from ..tree import Generation, Node, ThoughtTree
 from .checkpoint import load_transformer
 from .detokenize import Detokenizer
 from .distinct import complete_distinct, generate_distinct
-from .engine import DecodeRequest, Decoded, Engine, EngineStats, on_device
+from .decode_requests import DecodeRequest, Decoded
+from .engine import Engine, on_device
+from .engine_stats import EngineStats
 from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
-from .memory import plan_memory
 from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError
-from .speculative.draft_model import draft_loader
+from .load_options import check_attention, pool_pages, resolve_device, resolve_dtype
 from .parallel import TensorParallel, check_divisible, local_device
-
-CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
-    """The dtype of the weights and KV: ``dtype`` when given, else float32 on the CPU and the
-    checkpoint's own (config.json's ``dtype``, bfloat16 when it has none) on a GPU; ValueError for
-    a dtype this runtime or this GPU cannot run (bfloat16 needs compute capability 8.0)."""
-    from_config = dtype is None
-    if from_config:
-        if device.type == "cpu":
-            return torch.float32
-        dtype = cfg.torch_dtype or "bfloat16"
-    resolved = _DTYPES.get(dtype) if isinstance(dtype, str) else dtype
-    if resolved not in _DTYPES.values():
-        if from_config:
-            raise ValueError(f"unsupported dtype in config.json {dtype!r}; pass dtype= (--dtype) with one of "
-                             f"{', '.join(_DTYPES)}")
-        shown = dtype if isinstance(dtype, torch.dtype) else repr(dtype)
-        raise ValueError(f"unsupported dtype {shown}; use one of {', '.join(_DTYPES)}")
-    if resolved is torch.bfloat16 and device.type == "cuda":
-        capability = torch.cuda.get_device_capability(device)
-        if capability < (8, 0):
-            raise ValueError(f"bfloat16 needs a GPU of compute capability 8.0 or newer; {device} has "
-                             f"{capability[0]}.{capability[1]}: load the model in float16 (dtype=, --dtype)")
-    assert resolved is not None  # checked against _DTYPES above
-    return resolved
-
-
-def resolve_device(device: torch.device | str | None) -> torch.device:
-    """The device to run on (CUDA when there is one, by default), checked to be usable here;
-    ValueError (its message begins "device ...") otherwise."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device}: thoughttree runs on cpu or cuda, not {dev.type}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise ValueError(f"device {device}: CUDA is not available ({why}); run on the cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device}: there are {torch.cuda.device_count()} CUDA devices (0..)")
-    return dev
-
-
-TRITON_BACKENDS = ("deft", "per_sequence")
-
-
-def check_attention(attention: str, device: torch.device, dtype: torch.dtype) -> None:
-    """ValueError when the attention backend cannot run with this device and dtype: the Triton
-    backends run on a CUDA GPU (or under ``TRITON_INTERPRET=1``) and take 16-bit KV."""
-    if attention not in TRITON_BACKENDS:
-        return
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"attention {attention!r} runs Triton kernels on a CUDA GPU; on the CPU use 'reference' "
-                         "(or set TRITON_INTERPRET=1 for the slow interpreter)")
-    if dtype.itemsize != 2:
-        raise ValueError(f"attention {attention!r} takes 16-bit weights; load them in float16 or bfloat16")
-
-
-def _pool_pages(
-    cfg: ModelConfig, rc: RuntimeConfig, dtype: torch.dtype, device: torch.device, num_kv_heads: int | None = None,
-    num_heads: int | None = None,
-) -> int:
-    """Pages of the KV pool (``num_kv_heads``, ``num_heads``: the heads this process keeps, all by
-    default). On CUDA the pool and the steps' buffers are checked against the free memory
-    (:func:`memory.plan_memory`), which sizes the pool when no size is given."""
-    heads = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
-    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, heads, cfg.head_dim, dtype)
-    if device.type == "cuda":
-        return plan_memory(
-            cfg, itemsize=dtype.itemsize, page_size=rc.page_size, free_bytes=torch.cuda.mem_get_info(device)[0],
-            graph_max_rows=rc.graph_max_rows, num_pages=rc.num_pages,
-            kv_memory_bytes=rc.kv_memory_bytes, num_kv_heads=heads, num_heads=num_heads, device=str(device),
-        ).num_pages
-    if rc.num_pages is not None:
-        return rc.num_pages
-    if rc.kv_memory_bytes is None:  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
-        return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
-    return max(1, rc.kv_memory_bytes // per_page)
+from .speculative.draft_model import draft_loader
 
 
 class LM:
@@ -126,7 +42,7 @@ class LM:
         self.device = model.device
         pool = KVPool(
             cfg.num_layers,
-            _pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads, model.num_heads),
+            pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads, model.num_heads),
             runtime.page_size,
             model.num_kv_heads,  # a tensor-parallel rank keeps the KV of its own heads only
             cfg.head_dim,
@@ -180,13 +96,13 @@ class LM:
         cfg = ModelConfig.from_dir(path)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, cfg, dev)
-        runtime = runtime or RuntimeConfig()
-        check_attention(runtime.attention, dev, dt)
+        rc = runtime or RuntimeConfig()
+        check_attention(rc.attention, dev, dt)
         tp = None
         if tensor_parallel != 1:
             check_divisible(cfg, tensor_parallel)
             dev = local_device(dev)
-            tp = TensorParallel.join(tensor_parallel, dev, timeout_s=runtime.collective_timeout_s)
+            tp = TensorParallel.join(tensor_parallel, dev, timeout_s=rc.collective_timeout_s)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:  # transformers raises several types for missing/broken tokenizers
@@ -203,7 +119,7 @@ class LM:
             model = load_transformer(path, cfg, device=dev, dtype=dt, narrow=tp.narrow(cfg) if tp else None)
             if tp is not None:
                 tp.attach(model)
-            return cls(model, tokenizer, runtime, str(path))
+            return cls(model, tokenizer, rc, str(path))
 
     # -- text ------------------------------------------------------------------------------------
     @property
@@ -253,15 +169,14 @@ class LM:
     @staticmethod
     def _token_list(tokens: Any, what: str) -> np.ndarray:
         """A caller's token ids as an integer array: a list, tuple, array or tensor of whole numbers."""
-        if isinstance(tokens, torch.Tensor):
-            tokens = tokens.detach().cpu().numpy()
-        if not isinstance(tokens, (list, tuple, np.ndarray)):
-            raise TypeError(f"{what} is {type(tokens).__name__}, not a list of token ids; pass a list of "
+        given = tokens.detach().cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
+        if not isinstance(given, (list, tuple, np.ndarray)):
+            raise TypeError(f"{what} is {type(given).__name__}, not a list of token ids; pass a list of "
                             "token-id lists, e.g. [[1, 5, 6], [1, 5, 7]]")
-        ids = np.asarray(tokens)
-        if ids.size and (ids.ndim != 1 or ids.dtype.kind not in "iu" or (isinstance(tokens, (list, tuple))
-                                                                          and bool in map(type, tokens))):
-            raise TypeError(f"{what} must hold token ids (whole numbers), got {tokens!r:.80}")
+        ids = np.asarray(given)
+        if ids.size and (ids.ndim != 1 or ids.dtype.kind not in "iu" or (isinstance(given, (list, tuple))
+                                                                          and bool in map(type, given))):
+            raise TypeError(f"{what} must hold token ids (whole numbers), got {given!r:.80}")
         return ids
 
     def _check_tokens(self, tokens: Sequence[int] | np.ndarray, what: str) -> list[int]:

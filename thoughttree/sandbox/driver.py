@@ -8,10 +8,9 @@ output (``ready``, then ``syntax_error`` or one record per test) and never sees 
 output but those a checking function holds.
 
 The driver compiles the program once; each test is a child forked from the driver that runs the
-compiled program as the interpreter runs a script (new standard streams over the test's pipes,
-``__main__``, the exit status, an uncaught exception's traceback, the wait for non-daemon
-threads, exit handlers, the final flush): a fork instead of an interpreter's start. Asked for
-``fresh``, the child starts ``python -I`` on the program instead. Either way the limits are set
+compiled program as the interpreter runs a script (:mod:`children`): a fork instead of an
+interpreter's start. Asked for ``fresh``, the child starts ``python -I`` on the program instead.
+The driver feeds and reads the child's pipes (:mod:`streams`). Either way the limits are set
 in the child before the program runs (address space, CPU seconds, file size, process count,
 open files, no core files) under a wall-clock deadline, and the child holds only its own pipes.
 When the test ends, for whatever reason, its whole process group is killed, and inside the
@@ -24,8 +23,8 @@ none), trace it, or take its descriptors, so no test reaches the pipe that carri
 
 A call-based test runs :mod:`call` (next to this file) the same two ways. A test checked by a
 function (HumanEval's ``check(candidate)``) runs that function here, in the driver, with a
-``candidate`` that calls the program's function in the test's process (always a fresh
-interpreter, which holds nothing of the driver's memory) and returns plain values
+``candidate`` (:mod:`candidate`) that calls the program's function in the test's process (always
+a fresh interpreter, which holds nothing of the driver's memory) and returns plain values
 (:mod:`wire`): the program can neither reach the check's expected values nor answer with an
 object that compares equal to anything. Every call carries a fresh random nonce that its answer
 must repeat, and the check counts only once the program has acknowledged its end (a last
@@ -35,39 +34,34 @@ done, never pass.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import ctypes
-import io
 import json
 import math
 import os
 import resource
-import secrets
 import select
 import selectors
 import signal
 import sys
 import time
 import traceback
-import types
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import call  # noqa: E402  (the call runner next to this file; it brings the wire module)
-import wire  # noqa: E402
+# The driver's own modules next to this file (call and wire come with them).
+from candidate import Candidate, Stopped  # noqa: E402
+from children import VALUE_FD, call_child, exec_child, script_child  # noqa: E402
+from streams import CHUNK, Streams  # noqa: E402
 
 while HERE in sys.path:
     sys.path.remove(HERE)
 
-STDERR_KEEP = 8192
 OPEN_FILES = 256
 OPEN_FILES_BEFORE = 1 << 16  # descriptors a test's child closes before its limit lowers the count
-VALUE_FD = 3  # where a call-based test's child writes the function's value
 DRAIN_S = 1.0
 REAP_S = 1.0
-CHUNK = 65536
 PR_SET_DUMPABLE = 4
 
 
@@ -131,226 +125,6 @@ def reap_orphans() -> None:
             if time.monotonic() > until:
                 return
             time.sleep(0.001)
-
-
-class Streams:
-    """The child's pipes (file descriptors): feeds standard input, collects output up to the limits.
-
-    ``keep_open``: standard input stays open after ``data`` for more (:meth:`send`), until
-    :meth:`end_input`.
-    """
-
-    def __init__(self, stdin: int, stdout: int, stderr: int, value: int | None, data: bytes, cap: int,
-                 keep_open: bool = False) -> None:
-        self.sel = selectors.DefaultSelector()
-        self.data, self.sent, self.cap = data, 0, cap
-        self.out, self.err, self.value = bytearray(), bytearray(), bytearray()
-        self.err_total = 0  # every byte written to standard error, of which only the end is kept
-        self.over = False
-        self.stdin: int | None = stdin
-        self.keep_open = keep_open
-        os.set_blocking(stdin, False)
-        if data:
-            self.sel.register(stdin, selectors.EVENT_WRITE, None)
-        elif not keep_open:
-            self._close_input()
-        self.sel.register(stdout, selectors.EVENT_READ, self.out)
-        self.sel.register(stderr, selectors.EVENT_READ, self.err)
-        if value is not None:
-            self.sel.register(value, selectors.EVENT_READ, self.value)
-
-    def pump(self, timeout: float) -> bool:
-        """Move data for up to ``timeout`` seconds; False once every pipe is closed."""
-        if not self.sel.get_map():
-            return False
-        for key, _ in self.sel.select(timeout):
-            if key.data is None:
-                self._feed()
-                continue
-            if isinstance(key.data, str):
-                continue
-            chunk = os.read(key.fd, CHUNK)
-            if not chunk:
-                self.sel.unregister(key.fd)
-                os.close(key.fd)
-                continue
-            buffer = key.data
-            buffer += chunk
-            if buffer is self.err:
-                self.err_total += len(chunk)
-                self.over = self.over or self.err_total > self.cap  # a flood of errors is output too
-                if len(buffer) > STDERR_KEEP:
-                    del buffer[: len(buffer) - STDERR_KEEP]
-            elif len(buffer) > self.cap:
-                self.over = True
-        return bool(self.sel.get_map())
-
-    def send(self, data: bytes) -> None:
-        """More standard input (the pipe must still be open)."""
-        if self.stdin is None:
-            return
-        pending = self.sent < len(self.data)
-        self.data, self.sent = self.data[self.sent :] + data, 0
-        if not pending:
-            self.sel.register(self.stdin, selectors.EVENT_WRITE, None)
-
-    def end_input(self) -> None:
-        """No more standard input: the child reads its end once what was sent is taken."""
-        self.keep_open = False
-        if self.stdin is not None and self.sent >= len(self.data):
-            self._close_input()
-
-    def _feed(self) -> None:
-        assert self.stdin is not None  # registered for writing only while it is open
-        try:
-            self.sent += os.write(self.stdin, self.data[self.sent : self.sent + CHUNK])
-        except (BrokenPipeError, BlockingIOError):
-            self.sent = len(self.data)
-        if self.sent >= len(self.data):
-            self.sel.unregister(self.stdin)
-            if not self.keep_open:
-                os.close(self.stdin)
-                self.stdin = None
-
-    def _close_input(self) -> None:
-        assert self.stdin is not None
-        if self.stdin in self.sel.get_map():
-            self.sel.unregister(self.stdin)
-        os.close(self.stdin)
-        self.stdin = None
-
-    def close(self) -> None:
-        """Close the pipes still open (the caller has unregistered and closed the exit's pidfd)."""
-        for key in list(self.sel.get_map().values()):
-            self.sel.unregister(key.fd)
-            os.close(key.fd)
-            if key.fd == self.stdin:
-                self.stdin = None
-        if self.stdin is not None:
-            os.close(self.stdin)
-            self.stdin = None
-
-
-def _std_streams() -> None:
-    """sys.stdin/stdout/stderr over descriptors 0-2, made as a fresh interpreter makes them (the
-    driver's own streams, made by the same interpreter, give the encodings and buffering)."""
-
-    def wrap(fd: int, like, reading: bool) -> io.TextIOWrapper:
-        raw = io.FileIO(fd, "rb" if reading else "wb", closefd=False)
-        buffered = io.BufferedReader(raw) if reading else io.BufferedWriter(raw)
-        return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n",
-                                line_buffering=like.line_buffering, write_through=like.write_through)
-
-    sys.stdin = sys.__stdin__ = wrap(0, sys.__stdin__, True)  # type: ignore[misc]  # as a fresh interpreter's
-    sys.stdout = sys.__stdout__ = wrap(1, sys.__stdout__, False)  # type: ignore[misc]
-    sys.stderr = sys.__stderr__ = wrap(2, sys.__stderr__, False)  # type: ignore[misc]
-
-
-def _report(error: BaseException, program: str) -> None:
-    """What the interpreter does with an uncaught exception (``sys.excepthook``: its traceback),
-    the traceback starting at the program's first frame as the interpreter's would."""
-    tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != program:
-        tb = tb.tb_next
-    if tb is not None:
-        error.__traceback__ = tb
-    try:
-        sys.excepthook(type(error), error, error.__traceback__)
-    except BaseException:
-        traceback.print_exception(type(error), error, error.__traceback__, file=sys.__stderr__)
-
-
-def _exit_status(code: object) -> int:
-    """The exit status of ``SystemExit(code)``, as the interpreter turns it into one."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _run_in_process(run: Callable[[], None], program: str) -> int:
-    """Run ``run`` the way the interpreter runs a script, from its first line to its exit: an
-    uncaught exception's traceback, then the wait for the program's threads, its exit handlers
-    and the flush of its output. Returns the exit status."""
-    atexit._clear()  # the driver's exit handlers are not the program's
-    for name in ("call", "wire"):  # the sandbox's own modules, which the program would not find
-        sys.modules.pop(name, None)
-    # In a fresh interpreter the program's first frame is the first of all; here it sits under
-    # this one, those below it, ``run``'s and exec's. The limit rises by as many (checked against
-    # a fresh interpreter at the limit's edge), so the same recursion fits.
-    depth = 0
-    frame: types.FrameType | None = sys._getframe()
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    sys.setrecursionlimit(sys.getrecursionlimit() + depth + 2)
-    status = 0
-    try:
-        run()
-    except SystemExit as stop:
-        status = _exit_status(stop.code)
-    except BaseException as error:
-        _report(error, program)
-        status = 1
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        try:
-            threading._shutdown()
-        except BaseException as error:
-            _report(error, program)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None or getattr(stream, "closed", False):
-            continue
-        try:
-            stream.flush()
-        except Exception:
-            status = 120  # as the interpreter exits when its output cannot be flushed
-    for stream in (sys.__stdout__, sys.__stderr__):  # flushed when the interpreter frees them
-        try:
-            if stream is not None:
-                stream.flush()
-        except Exception:
-            pass
-    return status
-
-
-def script_child(code, program: str) -> Callable[[], int]:
-    """A test's child that runs the compiled program as ``python -I program`` would."""
-
-    def child() -> int:
-        _std_streams()
-        main = types.ModuleType("__main__")
-        main.__file__ = program
-        main.__dict__["__builtins__"] = builtins
-        sys.modules["__main__"] = main
-        sys.argv = [program]
-        return _run_in_process(lambda: exec(code, main.__dict__), program)
-
-    return child
-
-
-def call_child(code, program: str, fn_name: str) -> Callable[[], int]:
-    """A call-based test's child: :func:`call.run` on the compiled program, its value to fd 3."""
-
-    def child() -> int:
-        _std_streams()
-        sys.argv = [program]
-        return _run_in_process(lambda: call.run(code, fn_name, VALUE_FD), program)
-
-    return child
-
-
-def exec_child(argv: list[str]) -> Callable[[], int]:
-    """A test's child that starts a fresh interpreter: ``argv`` replaces it."""
-
-    def child() -> NoReturn:
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(number, signal.SIG_DFL)  # as subprocess leaves them for a new program
-        os.execv(argv[0], argv)  # raises if it fails: the child's traceback goes to its stderr
-
-    return child
 
 
 def _enter(child: Callable[[], int], fds: list[int], limits: dict, extra_processes: int) -> None:
@@ -449,50 +223,6 @@ class TestRun:
             "value": streams.value.decode("utf-8", "replace") if self.call and not streams.over else None,
             "time": round(elapsed, 4),
         }
-
-
-class Stopped(BaseException):
-    """The candidate's process ended, ran out of time or over a limit before it answered a call,
-    or answered with another nonce than the call's (a BaseException, so a check's own ``except
-    Exception`` does not take it). ``reason``: None when the process stopped, else what it did."""
-
-    def __init__(self, reason: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Candidate:
-    """What a checking function calls: each call's arguments go to the test's process, which
-    calls the program's function and answers with the value in :mod:`wire` format, decoded here
-    to plain values."""
-
-    def __init__(self, run: TestRun) -> None:
-        self.run = run
-
-    def __call__(self, *args, **kwargs):
-        return wire.decode(self.ask(wire.encode([list(args), kwargs])))
-
-    def ask(self, body: str) -> str:
-        """Send ``NONCE body`` (a fresh nonce); the body of the answer that repeats the nonce."""
-        nonce = secrets.token_hex(16)
-        streams = self.run.streams
-        streams.send(f"{nonce} {body}\n".encode("utf-8"))
-        while b"\n" not in streams.value:
-            if not self.run.step():
-                self.run.read_written()
-                if b"\n" not in streams.value:
-                    raise Stopped
-        line, _, rest = bytes(streams.value).partition(b"\n")
-        streams.value[:] = rest
-        got, _, answer = line.decode("utf-8", "replace").partition(" ")
-        if got != nonce:
-            raise Stopped("the program answered a call before it was sent (the answer does not carry its nonce)")
-        return answer
-
-    def close(self) -> None:
-        """The check is done: the program must acknowledge it, proving it ran until the end."""
-        if self.ask("end") != "end":
-            raise Stopped("the program did not acknowledge the end of the check")
 
 
 def run_test(child: Callable[[], int], data: bytes, request: dict, call: bool) -> dict:

@@ -7,9 +7,9 @@ programs); a fresh ``/proc``; a minimal read-only ``/dev`` with a small ``/dev/s
 size-capped private tmpfs on ``/tmp`` as the writable place (home and working directory); an
 empty environment but ``PATH``, ``HOME`` and ``LANG``; uid/gid 65534 inside. When the evaluator
 runs as root, bubblewrap itself is started as the unprivileged user ``nobody`` (uid 65534), so
-the sandbox is not root outside its namespaces either. The driver, the call runner, their wire
-module and the program come in as read-only files copied from memory; expected outputs never
-enter. The driver is the PID namespace's init (bubblewrap's ``--as-pid-1``): no process of the
+the sandbox is not root outside its namespaces either. The driver, its modules (the call runner
+and the wire module among them) and the program come in as read-only files copied from memory;
+expected outputs never enter. The driver is the PID namespace's init (bubblewrap's ``--as-pid-1``): no process of the
 sandbox but the driver holds the pipes to the evaluator. The sandbox dies with its parent.
 
 ``"none-unsafe"`` runs the same driver as the evaluator's own user in a temporary directory with
@@ -36,6 +36,8 @@ SHM_BYTES = 16 << 20
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HERE = Path(__file__).resolve().parent
 INSIDE = "/sandbox"
+# The driver and the modules it imports from beside it (children.OWN_MODULES names them).
+DRIVER_FILES = ("driver.py", "wire.py", "call.py", "streams.py", "children.py", "candidate.py")
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
 
@@ -117,12 +119,10 @@ def _bwrap(program: str, bwrap: str) -> Launch:
         )
     as_root = os.geteuid() == 0
     python, prefix = interpreter(for_others=as_root)
-    files = [
-        _data_fd((HERE / "driver.py").read_text(), "driver"),
-        _data_fd((HERE / "wire.py").read_text(), "wire"),
-        _data_fd((HERE / "call.py").read_text(), "call"),
-        _data_fd(program, "program"),
-    ]
+    names = [*DRIVER_FILES, "program.py"]
+    files = [_data_fd((HERE / name).read_text(), name.removesuffix(".py")) for name in DRIVER_FILES]
+    files.append(_data_fd(program, "program"))
+    binds = [arg for fd, name in zip(files, names) for arg in ("--ro-bind-data", str(fd), f"{INSIDE}/{name}")]
     info_r, info_w = os.pipe()
     argv = [
         found, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
@@ -132,10 +132,7 @@ def _bwrap(program: str, bwrap: str) -> Launch:
         *_system_binds(python, prefix),
         "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
         "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
-        "--ro-bind-data", str(files[0]), f"{INSIDE}/driver.py",
-        "--ro-bind-data", str(files[1]), f"{INSIDE}/wire.py",
-        "--ro-bind-data", str(files[2]), f"{INSIDE}/call.py",
-        "--ro-bind-data", str(files[3]), f"{INSIDE}/program.py",
+        *binds,
         "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_w),
         python, "-I", f"{INSIDE}/driver.py",
     ]

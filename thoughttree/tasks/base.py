@@ -1,4 +1,5 @@
-"""What a search needs to know about a problem family: the Task base class.
+"""What a search needs to know about a problem family: the Task base class, the Evaluator
+protocol it hands out, and the checks both share.
 
 A task says how to prompt for the root, how to ask for a node's children, which children to
 keep, how to evaluate nodes, when a node is finished and what its answer is. The search driver
@@ -34,15 +35,15 @@ A minimal task::
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, Sequence
 
 from ..config import Sampling
 
 if TYPE_CHECKING:
     from ..tree import Node
-    from .evaluate import Evaluator
 
 
 class TaskError(ValueError):
@@ -60,6 +61,19 @@ class TaskConfig:
 
     sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=64, temperature=0.7))
     dedupe: bool = True
+
+
+class Evaluator(Protocol):
+    """Scores nodes. ``bounds`` are the lowest and highest values it gives (may be infinite)."""
+
+    @property
+    def bounds(self) -> tuple[float, float]: ...
+
+    def evaluate(
+        self, lm: Any, problem: Any, nodes: Sequence[Node], *, seed: int, samples: int | None = None
+    ) -> list[float]:
+        """One value per node, all model work in one batched call. ``samples`` overrides the default count."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -161,3 +175,29 @@ def check_prompt(value: Any, what: str) -> str | list[int]:
         f"{what} returned {type(value).__name__} {str(value)[:60]!r}; a prompt must be non-empty text "
         "or a non-empty list of non-negative token ids"
     )
+
+
+def need_method(lm: Any, method: str, evaluator: str) -> Callable[..., Any]:
+    """``lm``'s method ``method``, or a TaskError saying that ``evaluator`` needs it."""
+    fn = getattr(lm, method, None)
+    if fn is None:
+        raise TaskError(f"{evaluator} needs lm.{method}(...), which {type(lm).__name__} does not have")
+    return fn
+
+
+def check_samples(samples: int, what: str) -> int:
+    """``samples`` when it is a count of at least one, else a ValueError naming ``what``."""
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"{what}: samples must be an integer >= 1, got {samples!r}")
+    return samples
+
+
+def finite(value: Any, what: str) -> float:
+    """``value`` as a finite float, or a TaskError saying that ``what`` returned something else."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TaskError(f"{what} returned {value!r}; it must return a number") from None
+    if not math.isfinite(out):
+        raise TaskError(f"{what} returned {out}; values must be finite numbers")
+    return out

@@ -18,7 +18,10 @@ from typing import Sequence
 import numpy as np
 
 from .tree_plan import TreePlan
-from .workplan import OWN_PIECE, HostWork, WorkConfig, item_rows, layout, sequence_host_work, tree_host_work
+from .sequence_work import sequence_host_work
+from .tree_work import tree_host_work
+from .work_config import WorkConfig
+from .workplan import OWN_PIECE, HostWork, item_rows, layout
 
 TAIL_PIECE = OWN_PIECE  # most tail tokens one program reads
 

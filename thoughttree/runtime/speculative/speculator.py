@@ -29,7 +29,8 @@ from .lookup import TreeLookup
 from .shapes import order
 
 if TYPE_CHECKING:
-    from ..engine import Decoded, DecodeRequest, Engine, _Ends
+    from ..decode_requests import Decoded, DecodeRequest, Ends
+    from ..engine import Engine
 
 
 class Speculator:
@@ -70,7 +71,7 @@ class Speculator:
         return self._drafters[key]
 
     def decode(
-        self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: _Ends, specs: Sequence[Speculative | None]
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], ends: Ends, specs: Sequence[Speculative | None]
     ) -> None:
         """Decode every request to its end in speculative steps (``specs[i]`` None: one row per step)."""
         groups: dict[Speculative, list[int]] = {}
@@ -100,7 +101,7 @@ class Speculator:
         self,
         requests: Sequence[DecodeRequest],
         outs: list[Decoded],
-        ends: _Ends,
+        ends: Ends,
         specs: Sequence[Speculative | None],
         drafters: dict[Speculative, Drafter],
         still: list[int],
@@ -185,7 +186,7 @@ class Speculator:
         i: int,
         requests: Sequence[DecodeRequest],
         outs: list[Decoded],
-        ends: _Ends,
+        ends: Ends,
         draft: DraftTree | None,
         where: list[tuple[Segment, int]] | None,
         draw: dict[tuple[int, int], tuple[int, float]],

@@ -1,0 +1,113 @@
+"""What a model load runs on, settled before anything loads: the device, the dtype, the attention
+backend it can take, and the pages of its KV pool."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..config import RuntimeConfig
+from .kv_pool import KVPool
+from .memory import plan_memory
+from .model_config import ModelConfig
+
+CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype of the weights and KV: ``dtype`` when given, else float32 on the CPU and the
+    checkpoint's own (config.json's ``dtype``, bfloat16 when it has none) on a GPU; ValueError for
+    a dtype this runtime or this GPU cannot run (bfloat16 needs compute capability 8.0)."""
+    from_config = dtype is None
+    if from_config and device.type == "cpu":
+        return torch.float32
+    asked = (cfg.torch_dtype or "bfloat16") if from_config else dtype
+    resolved = _DTYPES.get(asked) if isinstance(asked, str) else asked
+    if resolved not in _DTYPES.values():
+        if from_config:
+            raise ValueError(
+                f"unsupported dtype in config.json {asked!r}; pass dtype= (--dtype) with one of {', '.join(_DTYPES)}"
+            )
+        shown = asked if isinstance(asked, torch.dtype) else repr(asked)
+        raise ValueError(f"unsupported dtype {shown}; use one of {', '.join(_DTYPES)}")
+    if resolved is torch.bfloat16 and device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if capability < (8, 0):
+            raise ValueError(
+                f"bfloat16 needs a GPU of compute capability 8.0 or newer; {device} has "
+                f"{capability[0]}.{capability[1]}: load the model in float16 (dtype=, --dtype)"
+            )
+    assert resolved is not None  # checked against _DTYPES above
+    return resolved
+
+
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """The device to run on (CUDA when there is one, by default), checked to be usable here;
+    ValueError (its message begins "device ...") otherwise."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device}: thoughttree runs on cpu or cuda, not {dev.type}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"device {device}: CUDA is not available ({why}); run on the cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device}: there are {torch.cuda.device_count()} CUDA devices (0..)")
+    return dev
+
+
+TRITON_BACKENDS = ("deft", "per_sequence")
+
+
+def check_attention(attention: str, device: torch.device, dtype: torch.dtype) -> None:
+    """ValueError when the attention backend cannot run with this device and dtype: the Triton
+    backends run on a CUDA GPU (or under ``TRITON_INTERPRET=1``) and take 16-bit KV."""
+    if attention not in TRITON_BACKENDS:
+        return
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            f"attention {attention!r} runs Triton kernels on a CUDA GPU; on the CPU use 'reference' "
+            "(or set TRITON_INTERPRET=1 for the slow interpreter)"
+        )
+    if dtype.itemsize != 2:
+        raise ValueError(f"attention {attention!r} takes 16-bit weights; load them in float16 or bfloat16")
+
+
+def pool_pages(
+    cfg: ModelConfig,
+    rc: RuntimeConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_kv_heads: int | None = None,
+    num_heads: int | None = None,
+) -> int:
+    """Pages of the KV pool (``num_kv_heads``, ``num_heads``: the heads this process keeps, all by
+    default). On CUDA the pool and the steps' buffers are checked against the free memory
+    (:func:`memory.plan_memory`), which sizes the pool when no size is given."""
+    heads = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
+    per_page = KVPool.bytes_per_page(cfg.num_layers, rc.page_size, heads, cfg.head_dim, dtype)
+    if device.type == "cuda":
+        return plan_memory(
+            cfg,
+            itemsize=dtype.itemsize,
+            page_size=rc.page_size,
+            free_bytes=torch.cuda.mem_get_info(device)[0],
+            graph_max_rows=rc.graph_max_rows,
+            num_pages=rc.num_pages,
+            kv_memory_bytes=rc.kv_memory_bytes,
+            num_kv_heads=heads,
+            num_heads=num_heads,
+            device=str(device),
+        ).num_pages
+    if rc.num_pages is not None:
+        return rc.num_pages
+    if rc.kv_memory_bytes is None:  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
+        return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
+    return max(1, rc.kv_memory_bytes // per_page)
