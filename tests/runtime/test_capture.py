@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 import torch
 
-from tiny_models import make_model
+from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.runtime.capture import CudaGraphs, GraphCapture
 
@@ -119,9 +119,7 @@ def test_every_graph_writes_its_logits_into_the_engine_s_one_buffer(model_dir, g
     assert lm.stats.graph_bytes >= buffer.numel() * buffer.element_size()
     # More KV than the buffers hold, stored on the PyTorch layers; the two rows after it need larger buffers.
     prefix = ThoughtTree(lm, prompt=[1] + list(range(3, 100)))
-    lm.model.fused, lm.engine.attention = False, "reference"
-    prefix.materialize()
-    lm.model.fused, lm.engine.attention = True, "deft"
+    prefill_on_pytorch(lm, prefix)
     lm.tree_logits([[1] + list(range(3, 100)) + [i] for i in (3, 4)])
     assert lm.engine.arena is not arena and lm.engine.arena.logits is buffer
     own = _lm(model_dir, EmulatedGraphs())

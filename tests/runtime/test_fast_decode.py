@@ -3,7 +3,7 @@
 On CPU the fast path runs its Triton kernels in the interpreter in float16 (small, slow); on
 CUDA the same checks run in bfloat16 with graphs on and off, plus transformers on each path.
 The interpreter's time goes mostly to rows: prompts are short, and a long prefix that a test
-only needs in the KV is prefilled on the PyTorch layers (:func:`_prefill`).
+only needs in the KV is prefilled on the PyTorch layers (``prefill_on_pytorch``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import gc
 import pytest
 import torch
 
-from tiny_models import make_model
+from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig
 from thoughttree.kernels.plan import workplan
@@ -35,17 +35,6 @@ def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_row
     lm.model.fused = fast  # the Triton layer pieces; the fast decode path needs them
     assert lm.engine.fast_decode == fast
     return lm
-
-
-def _prefill(lm: LM, tree: ThoughtTree, nodes=None) -> None:
-    """KV for these nodes' paths (every live node's when None) from the PyTorch layers and the
-    reference attention: a prefix that the test only needs stored, whichever steps it checks."""
-    fused, attention = lm.model.fused, lm.engine.attention
-    lm.model.fused, lm.engine.attention = False, "reference"
-    try:
-        tree.materialize(nodes)
-    finally:
-        lm.model.fused, lm.engine.attention = fused, attention
 
 
 def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
@@ -144,7 +133,7 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
         lm = _lm(model_dir, fast=fast)
         tree = ThoughtTree(lm, prompt=[3 + i % 250 for i in range(100)], seed=0)
         kids = [tree.add_child(tree.root, [5 + 11 * i + j for j in range(9)], f"child {i}") for i in range(5)]
-        _prefill(lm, tree, kids)  # the fold is a decode step's: their prefill only has to be stored
+        prefill_on_pytorch(lm, tree, kids)  # the fold is a decode step's: their prefill only has to be stored
         for work in works:
             lm.engine.decode_work_config = work
             folds.clear()
@@ -166,7 +155,7 @@ def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) ->
     for fast in (True, False):
         lm = _lm(model_dir, fast=fast)
         tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
-        _prefill(lm, tree)
+        prefill_on_pytorch(lm, tree)
         before = (lm.stats.forward_steps, lm.stats.fast_steps)
         kids = tree.expand([tree.root], n=3, sampling=GREEDY)[0]
         more = tree.expand(kids[:2], n=2, sampling=SAMPLED)
@@ -192,7 +181,7 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir, attention
         lm = _lm(model_dir, fast=fast, max_rows=max_rows)
         lm.engine.attention = attention if fast else "reference"
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
-        _prefill(lm, tree)
+        prefill_on_pytorch(lm, tree)
         first = lm.tree_logits(seqs)
         arena = lm.engine.arena
         assert (arena is not None) == (fast and max_rows > 1)  # no decode step ran
@@ -264,7 +253,7 @@ def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_step
     give each request the tokens and finish reason the general steps give it."""
     fast, slow = _lm(model_dir, fast=True), _lm(model_dir, fast=False)
     probe = ThoughtTree(fast, prompt=PROMPT, seed=0)
-    _prefill(fast, probe)
+    prefill_on_pytorch(fast, probe)
     (ref,) = probe.expand([probe.root], n=1, sampling=Sampling(max_tokens=6, temperature=0, ignore_eos=True))[0]
     probe.prune(probe.root)
     samplings = [
@@ -277,7 +266,7 @@ def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_step
     results = []
     for lm in (fast, slow):
         tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
-        _prefill(lm, tree, [tree.root])
+        prefill_on_pytorch(lm, tree, [tree.root])
         outs = lm.engine.decode([DecodeRequest(tree.root.kv, sp, seed) for seed, sp in enumerate(samplings)])
         results.append([(o.tokens, o.finish_reason) for o in outs])
         for o in outs:
@@ -314,7 +303,7 @@ def test_stats_describe_the_buffers_held_after_a_forward_replaces_them(model_dir
     first = lm.engine.arena
     assert lm.stats.graph_bytes == first.buffer_bytes + first.graph_bytes
     long = tree.add_child(tree.root, list(range(40, 160)), "long")
-    _prefill(lm, tree, [long])
+    prefill_on_pytorch(lm, tree, [long])
     lm.tree_logits([long.path_tokens() + [i] for i in (3, 4)])  # reads more KV slots than the buffers hold
     assert lm.engine.arena is not first
     assert (lm.stats.graphs, lm.stats.graph_bytes) == (lm.engine.arena.num_graphs,
@@ -525,7 +514,7 @@ def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> Non
     for fast in (True, False):
         lm = _lm(model_dir, fast=fast)
         tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
-        _prefill(lm, tree)
+        prefill_on_pytorch(lm, tree)
         kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
         lm.engine.decode_work_config = WorkConfig(fold_tail=0)  # the same buffers, tails now as items
         more = tree.expand(kids, n=1, sampling=greedy)
@@ -539,7 +528,7 @@ def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> Non
 def test_an_arena_is_kept_across_work_sizing_and_rebuilt_for_new_launch_settings(model_dir) -> None:
     lm = _lm(model_dir, fast=True)
     tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
-    _prefill(lm, tree)
+    prefill_on_pytorch(lm, tree)
     tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, temperature=0, ignore_eos=True))
     engine = lm.engine
     first = engine.arena
