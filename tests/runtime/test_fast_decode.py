@@ -37,8 +37,12 @@ def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_row
     return lm
 
 
-def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
+def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling, stored: bool = False) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
+    """Three children of the prompt, then two under each of the first two; ``stored``: the
+    prompt's KV stored on the PyTorch layers first (every step on the fixed buffers)."""
     tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    if stored:
+        prefill_on_pytorch(lm, tree)
     kids = tree.expand([tree.root], n=3, sampling=sampling_a)[0]
     more = tree.expand(kids[:2], n=2, sampling=sampling_b)
     nodes = kids + [k for ks in more for k in ks]
@@ -127,7 +131,7 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
 
     real = workplan._short_launches
     monkeypatch.setattr(workplan, "_short_launches", spy)
-    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=2, temperature=0, ignore_eos=True)
     runs = []
     for fast, works in ((True, (WorkConfig(), WorkConfig(fold_launches=False))), (False, (WorkConfig(),))):
         lm = _lm(model_dir, fast=fast)
@@ -494,13 +498,13 @@ def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monke
     folds: list[int] = []
     real = few_rows.few_rows_add_norm
     monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a, **k: folds.append(x.shape[0]) or real(x, *a, **k))
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
     runs = []
     for fold in (True, False):
         lm = _lm(model_dir, fast=True)
         lm.model.norm_epilogue = fold
         before = len(folds)
-        runs.append(_grow(lm, greedy, greedy)[1:])
+        runs.append(_grow(lm, greedy, greedy, stored=True)[1:])
         assert (len(folds) > before) == fold
         assert lm.stats.fast_steps > 0
     assert runs[0][0] == runs[1][0]
