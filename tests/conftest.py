@@ -16,6 +16,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# One intra-op thread per test process (unless OMP_NUM_THREADS asks for more), in this one and in
+# the programs the tests start: the models are tiny, and where every core is busy (the other test
+# workers, anything else) each op run on several threads waits for threads the scheduler has not
+# run yet, milliseconds for a matrix product of microseconds.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 from tiny_models import ARCHS, make_model
 
 NO_BWRAP = (

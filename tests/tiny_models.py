@@ -81,3 +81,15 @@ def make_model(path: Path, arch: str, *, tie: bool = False, seed: int = 0, **ove
     return path
 
 
+
+
+def prefill_on_pytorch(lm, tree, nodes=None) -> None:
+    """Store the KV of these nodes' paths (every live node's when None) through the PyTorch layers
+    and the reference attention, whatever path ``lm`` is set to take: a prefix that a test needs
+    stored but does not check, at a fraction of the Triton interpreter's time on the CPU."""
+    fused, attention = lm.model.fused, lm.engine.attention
+    lm.model.fused, lm.engine.attention = False, "reference"
+    try:
+        tree.materialize(nodes)
+    finally:
+        lm.model.fused, lm.engine.attention = fused, attention

@@ -1,13 +1,14 @@
 """Run in a fresh process with TRITON_INTERPRET=1: the runtime on the DeFT kernels against transformers.
 
-    TRITON_INTERPRET=1 python tests/runtime/deft_interpreted.py ARCH
+    TRITON_INTERPRET=1 python tests/runtime/deft_interpreted.py ARCH [ARCH ...]
 
 float16 on the CPU (the interpreter's tl.dot is wrong for bfloat16). Checks tree logits of
 prefix-sharing sequences within twice transformers' own float16 error (measured against float32)
 and greedy tree decoding: each token is transformers' float32 top choice after the tokens before
 it, or short of it by no more than twice transformers' own float16 error there (two tokens that
-close are a tie at float16 precision, which either run may break its own way). Exits non-zero
-with the reason on a mismatch.
+close are a tie at float16 precision, which either run may break its own way). Each
+architecture is checked in turn, one line each (its match, or the reason it does not); exits
+non-zero if any does not match.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import torch
@@ -48,9 +50,8 @@ def greedy_mismatch(hf16, hf32, prefix: list[int], tokens: list[int]) -> str | N
             f"its float16 error there is {noise[i]:.3g}")
 
 
-def main(arch: str) -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        sys.exit("set TRITON_INTERPRET=1 before running this check")
+def check(arch: str) -> str | None:
+    """Why the runtime on ``arch`` does not match transformers, or None."""
     with tempfile.TemporaryDirectory() as tmp:
         path = make_model(Path(tmp), arch)
         hf16 = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float16).eval()
@@ -64,23 +65,37 @@ def main(arch: str) -> None:
         yardstick = max((hf_logits(hf16, seq) - exact).abs().max().item(), 1e-3)
         err = (got[i] - exact).abs().max().item()
         if err > 2 * yardstick:
-            sys.exit(f"{arch}: logits of sequence {i} off by {err:.3g}; transformers float16 is off by {yardstick:.3g}")
+            return f"logits of sequence {i} off by {err:.3g}; transformers float16 is off by {yardstick:.3g}"
     tree = ThoughtTree(lm, prompt=[1, 5, 9, 14], seed=0)
     branches = [tree.add_child(tree.root, t, "") for t in ([20, 33], [40], [20, 33, 7])]
-    greedy = Sampling(max_tokens=6, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     kids = tree.expand(branches, n=2, sampling=greedy)
     lm.check_integrity(tree)
     for parent, children in zip(branches, kids):
         for child in children:
             why = greedy_mismatch(hf16, hf32, parent.path_tokens(), child.tokens)
             if why:
-                sys.exit(f"{arch}: greedy decoding under node {parent.id} gave {child.tokens}: {why}")
+                return f"greedy decoding under node {parent.id} gave {child.tokens}: {why}"
     tree.prune(tree.root)
     lm.check_integrity(tree)
     if lm.kv.pool.num_used:
-        sys.exit(f"{arch}: {lm.kv.pool.num_used} KV pages still in use after pruning everything")
-    print(f"{arch}: DeFT runtime matches transformers")
+        return f"{lm.kv.pool.num_used} KV pages still in use after pruning everything"
+    return None
+
+
+def main(archs: list[str]) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("set TRITON_INTERPRET=1 before running this check")
+    failed = False
+    for arch in archs:
+        try:
+            why = check(arch)
+        except Exception:  # noqa: BLE001 - reported, and the other architectures still checked
+            why = traceback.format_exc()
+        print(f"{arch}: DeFT runtime matches transformers" if why is None else f"{arch}: {why}", flush=True)
+        failed |= why is not None
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

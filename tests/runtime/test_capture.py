@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 import torch
 
-from tiny_models import make_model
+from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.runtime.capture import CudaGraphs, GraphCapture
 
@@ -75,7 +75,7 @@ def _lm(path, capture: GraphCapture | None) -> LM:
 def _search(lm: LM) -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
     """Children of a prompt, grandchildren under both (another row bucket), and scores of
     sequences sharing a prefix (general forwards on the decode buffers)."""
-    tree = ThoughtTree(lm, prompt=list(range(3, 13)), seed=0)
+    tree = ThoughtTree(lm, prompt=list(range(3, 9)), seed=0)
     kids = tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, temperature=1.0, ignore_eos=True))[0]
     more = tree.expand(kids, n=2, sampling=Sampling(max_tokens=2, temperature=0.7, ignore_eos=True))
     lm.check_integrity(tree)
@@ -99,7 +99,7 @@ def test_a_failed_capture_falls_back_to_eager_steps_with_one_warning(model_dir, 
         warnings.simplefilter("always")
         got = _search(broken)
     assert len(caught) == 1 and caught[0].category is RuntimeWarning
-    assert str(caught[0].message).startswith("capturing a CUDA graph of a general forward (bucket (16, 1)) failed")
+    assert str(caught[0].message).startswith("capturing a CUDA graph of a general forward (bucket (8, 1)) failed")
     assert broken.stats.graph_replays == 0 and broken.stats.graphs == 0
     # Each bucket is tried once: the prompt's prefill, the decode steps of 2 and of 4 rows, the scores.
     assert broken.stats.graph_failures == failing.captures == 4
@@ -117,7 +117,10 @@ def test_every_graph_writes_its_logits_into_the_engine_s_one_buffer(model_dir, g
     assert len(outs) >= 2 and all(out.data_ptr() == buffer.data_ptr() for out in outs)
     # The buffer is counted once among the bytes the graphs and their buffers hold.
     assert lm.stats.graph_bytes >= buffer.numel() * buffer.element_size()
-    lm.tree_logits([[1] + list(range(3, 100)) + [i] for i in (3, 4)])  # needs larger buffers
+    # More KV than the buffers hold, stored on the PyTorch layers; the two rows after it need larger buffers.
+    prefix = ThoughtTree(lm, prompt=[1] + list(range(3, 100)))
+    prefill_on_pytorch(lm, prefix)
+    lm.tree_logits([[1] + list(range(3, 100)) + [i] for i in (3, 4)])
     assert lm.engine.arena is not arena and lm.engine.arena.logits is buffer
     own = _lm(model_dir, EmulatedGraphs())
     own.engine.logits_buffer = lambda: None  # type: ignore[method-assign]  # every step its own logits

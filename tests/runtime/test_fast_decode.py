@@ -2,6 +2,8 @@
 
 On CPU the fast path runs its Triton kernels in the interpreter in float16 (small, slow); on
 CUDA the same checks run in bfloat16 with graphs on and off, plus transformers on each path.
+The interpreter's time goes mostly to rows: prompts are short, and a long prefix that a test
+only needs in the KV is prefilled on the PyTorch layers (``prefill_on_pytorch``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import gc
 import pytest
 import torch
 
-from tiny_models import make_model
+from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.kernels import WorkConfig
 from thoughttree.kernels.plan import tree_work
@@ -24,6 +26,7 @@ from thoughttree.runtime.kv_pool import KVPoolExhausted
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
 DTYPE = "bfloat16" if CUDA else "float16"
+PROMPT = list(range(3, 16))  # three pages of 4 and one token on a fourth
 
 
 def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_rows: int = 512) -> LM:
@@ -34,8 +37,12 @@ def _lm(path, *, fast: bool, graphs: bool = True, num_pages: int = 1024, max_row
     return lm
 
 
-def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
-    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+def _grow(lm: LM, sampling_a: Sampling, sampling_b: Sampling, stored: bool = False) -> tuple[ThoughtTree, list[list[int]], list[list[float]]]:
+    """Three children of the prompt, then two under each of the first two; ``stored``: the
+    prompt's KV stored on the PyTorch layers first (every step on the fixed buffers)."""
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    if stored:
+        prefill_on_pytorch(lm, tree)
     kids = tree.expand([tree.root], n=3, sampling=sampling_a)[0]
     more = tree.expand(kids[:2], n=2, sampling=sampling_b)
     nodes = kids + [k for ks in more for k in ks]
@@ -77,21 +84,30 @@ def model_dir(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("fast"), "qwen3" if CUDA else "llama", num_hidden_layers=2 if CUDA else 1)
 
 
+GREEDY = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+SAMPLED = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def general_steps(model_dir) -> tuple[list[list[int]], list[list[float]], int]:
+    """Tokens, log-probabilities and forward steps of :func:`_grow` on the general steps."""
+    slow = _lm(model_dir, fast=False)
+    _, tokens, logprobs = _grow(slow, GREEDY, SAMPLED)
+    assert slow.stats.fast_steps == 0
+    return tokens, logprobs, slow.stats.forward_steps
+
+
 @pytest.mark.parametrize(
     "work", [WorkConfig(), WorkConfig(fold_tail=0), WorkConfig(merge_block=1)], ids=["tails-in-merge", "tail-items", "merge-block-1"]
 )
-def test_fast_steps_equal_general_steps(model_dir, work: WorkConfig) -> None:
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
-    sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
+def test_fast_steps_equal_general_steps(model_dir, general_steps, work: WorkConfig) -> None:
     fast = _lm(model_dir, fast=True)
     fast.engine.decode_work_config = work
-    _, tokens, logprobs = _grow(fast, greedy, sampled)
+    _, tokens, logprobs = _grow(fast, GREEDY, SAMPLED)
     assert fast.stats.fast_steps > 0
-    slow = _lm(model_dir, fast=False)
-    _, want_tokens, want_logprobs = _grow(slow, greedy, sampled)
-    assert slow.stats.fast_steps == 0
+    want_tokens, want_logprobs, general_forwards = general_steps
     # Lengths known in advance: the steps queued ahead of the host's reads add no step.
-    assert fast.stats.overlapped_steps > 0 and fast.stats.forward_steps == slow.stats.forward_steps
+    assert fast.stats.overlapped_steps > 0 and fast.stats.forward_steps == general_forwards
     # Every metadata view and step input starts 16-byte aligned (Triton compiles per alignment).
     arena = fast.engine.arena
     w = arena.work
@@ -115,12 +131,13 @@ def test_a_search_step_whose_childrens_launch_is_read_by_the_merges(model_dir, m
 
     real = tree_work._short_launches
     monkeypatch.setattr(tree_work, "_short_launches", spy)
-    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=2, temperature=0, ignore_eos=True)
     runs = []
     for fast, works in ((True, (WorkConfig(), WorkConfig(fold_launches=False))), (False, (WorkConfig(),))):
         lm = _lm(model_dir, fast=fast)
         tree = ThoughtTree(lm, prompt=[3 + i % 250 for i in range(100)], seed=0)
         kids = [tree.add_child(tree.root, [5 + 11 * i + j for j in range(9)], f"child {i}") for i in range(5)]
+        prefill_on_pytorch(lm, tree, kids)  # the fold is a decode step's: their prefill only has to be stored
         for work in works:
             lm.engine.decode_work_config = work
             folds.clear()
@@ -138,16 +155,14 @@ def test_first_step_runs_on_fixed_buffers_once_the_parents_have_kv(model_dir) ->
     """A prompt without KV takes one general forward (its prefill and step 0); a materialized
     prompt, and branches whose last token has no KV yet, start on the fixed buffers at step 0,
     the first row of each parent writing that token's KV; tokens as the general steps give."""
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
-    sampled = Sampling(max_tokens=3, temperature=1.0, top_k=50, ignore_eos=True)
     got = []
     for fast in (True, False):
         lm = _lm(model_dir, fast=fast)
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
-        tree.materialize()
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+        prefill_on_pytorch(lm, tree)
         before = (lm.stats.forward_steps, lm.stats.fast_steps)
-        kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
-        more = tree.expand(kids[:2], n=2, sampling=sampled)
+        kids = tree.expand([tree.root], n=3, sampling=GREEDY)[0]
+        more = tree.expand(kids[:2], n=2, sampling=SAMPLED)
         steps = (lm.stats.forward_steps - before[0], lm.stats.fast_steps - before[1])
         assert steps == ((7, 7) if fast else (7, 0))
         assert all(k.kv.written == len(k.kv.tokens) for k in kids[:2])  # their last tokens got KV once
@@ -170,7 +185,7 @@ def test_general_forwards_on_fixed_buffers_equal_eager_ones(model_dir, attention
         lm = _lm(model_dir, fast=fast, max_rows=max_rows)
         lm.engine.attention = attention if fast else "reference"
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
-        tree.materialize()
+        prefill_on_pytorch(lm, tree)
         first = lm.tree_logits(seqs)
         arena = lm.engine.arena
         assert (arena is not None) == (fast and max_rows > 1)  # no decode step ran
@@ -217,7 +232,7 @@ def _plans_needed(lengths: list[int]) -> int:
 
 def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> None:
     fast = _lm(model_dir, fast=True)
-    probe = ThoughtTree(fast, prompt=list(range(3, 30)), seed=0)
+    probe = ThoughtTree(fast, prompt=PROMPT, seed=0)
     kids = probe.expand([probe.root], n=4, sampling=Sampling(max_tokens=5, temperature=1.0, ignore_eos=True))[0]
     # A stop string made of the text of two generated tokens ends branches at different steps.
     stop = fast.decode(kids[0].tokens[1:3])
@@ -225,7 +240,7 @@ def test_branches_finishing_at_different_steps_and_stop_strings(model_dir) -> No
     sampling = Sampling(max_tokens=5, temperature=1.0, ignore_eos=True, stop=stop)
     results = []
     for lm in (fast, _lm(model_dir, fast=False)):
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
         builds = lm.stats.plan_builds
         got = tree.expand([tree.root], n=4, sampling=sampling)[0]
         lm.check_integrity(tree)
@@ -241,7 +256,8 @@ def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_step
     """One engine call mixing lengths, two tuples of stop strings and stop tokens: the fast steps
     give each request the tokens and finish reason the general steps give it."""
     fast, slow = _lm(model_dir, fast=True), _lm(model_dir, fast=False)
-    probe = ThoughtTree(fast, prompt=list(range(3, 30)), seed=0)
+    probe = ThoughtTree(fast, prompt=PROMPT, seed=0)
+    prefill_on_pytorch(fast, probe)
     (ref,) = probe.expand([probe.root], n=1, sampling=Sampling(max_tokens=6, temperature=0, ignore_eos=True))[0]
     probe.prune(probe.root)
     samplings = [
@@ -253,8 +269,8 @@ def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_step
     ]
     results = []
     for lm in (fast, slow):
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
-        tree.materialize([tree.root])
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+        prefill_on_pytorch(lm, tree, [tree.root])
         outs = lm.engine.decode([DecodeRequest(tree.root.kv, sp, seed) for seed, sp in enumerate(samplings)])
         results.append([(o.tokens, o.finish_reason) for o in outs])
         for o in outs:
@@ -269,8 +285,8 @@ def test_requests_with_different_endings_in_one_fast_call_end_as_in_general_step
 
 
 def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
-    lm = _lm(model_dir, fast=True, num_pages=16)
-    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)  # 7 pages of 4
+    lm = _lm(model_dir, fast=True, num_pages=10)
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)  # 4 of the 10 pages of 4
     with pytest.raises(KVPoolExhausted):
         tree.expand([tree.root], n=4, sampling=Sampling(max_tokens=16, ignore_eos=True))
     assert lm.stats.overlapped_steps > 0  # it ran out reserving slots for a step queued ahead of the host
@@ -279,18 +295,20 @@ def test_pool_exhaustion_in_a_fast_step_leaks_nothing(model_dir) -> None:
     assert lm.kv.pool.num_used == 0
     # The step queued when the pool ran out leaves nothing behind: the same LM decodes on as a fresh one.
     small = Sampling(max_tokens=3, temperature=1.0, ignore_eos=True)
-    trees = [ThoughtTree(x, prompt=list(range(3, 30)), seed=1) for x in (lm, _lm(model_dir, fast=True, num_pages=16))]
+    trees = [ThoughtTree(x, prompt=PROMPT, seed=1) for x in (lm, _lm(model_dir, fast=True, num_pages=10))]
     got, want = ([k.tokens for k in t.expand([t.root], n=2, sampling=small)[0]] for t in trees)
     assert got == want
 
 
 def test_stats_describe_the_buffers_held_after_a_forward_replaces_them(model_dir) -> None:
     lm = _lm(model_dir, fast=True)
-    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
     tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=3, ignore_eos=True))
     first = lm.engine.arena
     assert lm.stats.graph_bytes == first.buffer_bytes + first.graph_bytes
-    lm.tree_logits([[1] + list(range(3, 200)) + [i] for i in range(3, 40)])  # needs larger buffers
+    long = tree.add_child(tree.root, list(range(40, 160)), "long")
+    prefill_on_pytorch(lm, tree, [long])
+    lm.tree_logits([long.path_tokens() + [i] for i in (3, 4)])  # reads more KV slots than the buffers hold
     assert lm.engine.arena is not first
     assert (lm.stats.graphs, lm.stats.graph_bytes) == (lm.engine.arena.num_graphs,
                                                        lm.engine.arena.buffer_bytes + lm.engine.arena.graph_bytes)
@@ -326,7 +344,7 @@ def test_larger_buffers_recapture_without_an_eager_warm_up(model_dir, monkeypatc
     runs = []
     for graphs in (True, False):
         lm = _lm(model_dir, fast=True, graphs=graphs)
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
         kids = tree.expand([tree.root], n=2, sampling=greedy)[0]
         first = lm.engine.arena
         held = len(warm_ups)
@@ -350,7 +368,7 @@ def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) 
     runs = []
     for graphs in (True, False):
         lm = _lm(model_dir, fast=True, graphs=graphs)
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
         tree.materialize()
         lm.engine.arena_for(Capacity(64, 4096, (64, 64, 64), 4096, 64), lm.engine.arena.shapes)  # room for both batches
         warm_ups.clear()
@@ -372,7 +390,7 @@ def test_capture_survives_the_cycle_collector_freeing_a_dropped_lm(model_dir, mo
     graphs mid-capture, which invalidates the capture."""
     greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
     old = _lm(model_dir, fast=True)
-    tree = ThoughtTree(old, prompt=list(range(3, 30)), seed=0)
+    tree = ThoughtTree(old, prompt=PROMPT, seed=0)
     want = [k.tokens for k in tree.expand([tree.root], n=3, sampling=greedy)[0]]
     assert old.stats.graphs > 0
     cycle: list = [old, tree]
@@ -393,7 +411,7 @@ def test_capture_survives_the_cycle_collector_freeing_a_dropped_lm(model_dir, mo
     gc.set_threshold(1, 1, 1)  # every generation collected at nearly every allocation
     try:
         lm = _lm(model_dir, fast=True)
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
         got = [k.tokens for k in tree.expand([tree.root], n=3, sampling=greedy)[0]]
     finally:
         gc.set_threshold(*thresholds)
@@ -410,7 +428,7 @@ def test_graphed_greedy_decoding_matches_transformers(model_dir, monkeypatch, ke
     calls = _spy_few_row_projections(monkeypatch) if kernel else []
     ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
     lm = _lm(model_dir, fast=True)
-    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
     kids = tree.expand([tree.root], n=3, sampling=Sampling(max_tokens=12, temperature=1.0, ignore_eos=True))[0]
     leaves = tree.expand(kids, n=1, sampling=Sampling(max_tokens=16, temperature=0, ignore_eos=True))
     assert lm.stats.graph_replays > 0
@@ -480,13 +498,13 @@ def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monke
     folds: list[int] = []
     real = few_rows.few_rows_add_norm
     monkeypatch.setattr(few_rows, "few_rows_add_norm", lambda x, *a, **k: folds.append(x.shape[0]) or real(x, *a, **k))
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
     runs = []
     for fold in (True, False):
         lm = _lm(model_dir, fast=True)
         lm.model.norm_epilogue = fold
         before = len(folds)
-        runs.append(_grow(lm, greedy, greedy)[1:])
+        runs.append(_grow(lm, greedy, greedy, stored=True)[1:])
         assert (len(folds) > before) == fold
         assert lm.stats.fast_steps > 0
     assert runs[0][0] == runs[1][0]
@@ -495,11 +513,12 @@ def test_norms_left_to_the_next_projection_match_separate_norms(model_dir, monke
 
 
 def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> None:
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    greedy = Sampling(max_tokens=3, temperature=0, ignore_eos=True)
     runs = []
     for fast in (True, False):
         lm = _lm(model_dir, fast=fast)
-        tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+        prefill_on_pytorch(lm, tree)
         kids = tree.expand([tree.root], n=3, sampling=greedy)[0]
         lm.engine.decode_work_config = WorkConfig(fold_tail=0)  # the same buffers, tails now as items
         more = tree.expand(kids, n=1, sampling=greedy)
@@ -512,7 +531,8 @@ def test_one_arena_switching_between_folded_and_unfolded_tails(model_dir) -> Non
 
 def test_an_arena_is_kept_across_work_sizing_and_rebuilt_for_new_launch_settings(model_dir) -> None:
     lm = _lm(model_dir, fast=True)
-    tree = ThoughtTree(lm, prompt=list(range(3, 30)), seed=0)
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    prefill_on_pytorch(lm, tree)
     tree.expand([tree.root], n=2, sampling=Sampling(max_tokens=2, temperature=0, ignore_eos=True))
     engine = lm.engine
     first = engine.arena
@@ -536,12 +556,12 @@ def test_arena_capacity_leaves_room_where_trees_grow() -> None:
     assert Capacity(rows=768, slots=1, items=(0, 0, 0), partials=1, tail_pieces=1).grown(more, min_rows=512).rows == 768
 
 
-def test_distinct_children_on_the_fixed_buffers_match_the_general_step(tiny_model_dir) -> None:
+def test_distinct_children_on_the_fixed_buffers_match_the_general_step(model_dir) -> None:
     sp = Sampling(max_tokens=3, temperature=0.8, top_k=5, distinct=True)
     got = []
     for fast in (True, False):
-        lm = _lm(tiny_model_dir, fast=fast)
-        with ThoughtTree(lm, prompt=list(range(3, 30)), seed=4) as tree:
+        lm = _lm(model_dir, fast=fast)
+        with ThoughtTree(lm, prompt=PROMPT, seed=4) as tree:
             kids = tree.expand([tree.root], n=3, sampling=sp)[0]
             more = tree.expand(kids[:2], n=2, sampling=sp)
             lm.check_integrity(tree)

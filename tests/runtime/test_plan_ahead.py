@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from tiny_models import make_model
+from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, ThoughtTree
 from thoughttree.runtime.engine import DecodeRequest
 
@@ -26,7 +26,7 @@ def lm(tmp_path_factory) -> LM:
 def _decode(lm: LM, samplings: list[Sampling], plan_ahead: bool) -> tuple[list[tuple], dict[str, int]]:
     lm.engine.runtime = dataclasses.replace(lm.engine.runtime, plan_ahead=plan_ahead)
     tree = ThoughtTree(lm, prompt=list(range(3, 15)), seed=0)
-    tree.materialize([tree.root])
+    prefill_on_pytorch(lm, tree, [tree.root])  # the steps are what the test checks
     before = dataclasses.replace(lm.stats)
     outs = lm.engine.decode([DecodeRequest(tree.root.kv, sp, seed) for seed, sp in enumerate(samplings)])
     got = [(o.tokens, o.logprobs, o.finish_reason) for o in outs]
@@ -52,6 +52,7 @@ def test_a_plan_made_ahead_is_dropped_when_a_branch_stops_in_that_step(lm) -> No
     # A greedy branch stops at its first token p that is new to it, in the step where the short
     # branches end by length: the rows that go on are not those planned for.
     probe = ThoughtTree(lm, prompt=list(range(3, 15)), seed=0)
+    prefill_on_pytorch(lm, probe)
     (ref,) = probe.expand([probe.root], n=1, sampling=Sampling(max_tokens=4, temperature=0, ignore_eos=True))[0]
     probe.release_kv()
     p = next((i for i in range(1, 4) if ref.tokens[i] not in ref.tokens[:i]), None)

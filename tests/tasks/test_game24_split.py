@@ -1,19 +1,27 @@
-"""The held-out split: no four- or three-number state of a validation or test puzzle in any training example."""
+"""The held-out split: no four- or three-number state of a validation or test puzzle in any training example.
+
+Also every other check of the full training data (generated once, about a minute of CPU): the
+held-out starting states never appear, the kinds and their balance, every target is correct."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import random
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from thoughttree.tasks.game24 import load_puzzles, make_state, next_steps, parse_cot, parse_step
-from thoughttree.tasks.game24.dataset import Example, data_sha256, training_roots, training_states
+from thoughttree.tasks.game24 import (
+    check_answer, held_out_puzzles, is_solvable, load_puzzles, make_state, next_steps, parse_cot, parse_io,
+    parse_propose, parse_step, parse_value, path_answer, value_label,
+)
+from thoughttree.tasks.game24.dataset import DataConfig, Example, data_sha256, training_roots, training_states
 from thoughttree.tasks.game24.formats import cot_completion, io_completion, propose_completion, value_prompt
-from thoughttree.tasks.game24.puzzles import is_held_out, is_validation
+from thoughttree.tasks.game24.puzzles import is_held_out, is_validation, validation_puzzles
 from thoughttree.tasks.game24.solver import solution_paths
 from thoughttree.tasks.game24.split import (
     HELD_OUT_INDICES, RANGES, SPLIT_DESCRIPTION, TEST, VALIDATION, PuzzleRange, example_states, held_out_states,
@@ -42,6 +50,10 @@ def _forbidden_of(indices: tuple[int, ...]) -> frozenset:
     puzzles = load_puzzles()
     roots = {make_state(puzzles[i]) for i in indices}
     return frozenset(roots | {c for r in roots for c in _all_children(r)})
+
+
+def _state_of(example: Example) -> tuple:
+    return make_state(example.prompt.split(":", 1)[1].split())
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +172,46 @@ def test_bundled_model_was_trained_on_this_data(examples: list[Example]) -> None
     assert recorded["split"] == SPLIT_DESCRIPTION
     assert recorded["held_out"] == {r.name: list(r.indices) for r in RANGES.values()}
     assert recorded["data_sha256"] == data_sha256(examples)
+
+
+def test_held_out_starting_states_never_appear(examples: list[Example]) -> None:
+    held_out = {make_state(p) for p in held_out_puzzles() + validation_puzzles()}
+    assert len(held_out) == 200
+    four_number_states = {_state_of(e) for e in examples if len(_state_of(e)) == 4}
+    assert four_number_states, "expected propose/value/io/cot prompts on four numbers"
+    assert not four_number_states & held_out
+
+
+def test_kinds_and_balance(examples: list[Example]) -> None:
+    counts = Counter(e.kind for e in examples)
+    assert set(counts) == {"propose", "value", "io", "cot"}
+    # 833 roots have a solution path that avoids held-out states; 654 of them also have an
+    # answer expression whose written grouping avoids them
+    per_root = Counter(e.prompt for e in examples if e.kind == "cot")
+    assert counts["io"] == counts["cot"] and len(per_root) == 654
+    assert max(per_root.values()) == DataConfig().solutions_per_puzzle
+    # value labels of three-number states come at their true frequency (calibration)
+    three = [e for e in examples if e.kind == "value" and len(_state_of(e)) == 3]
+    states = training_states()[3]
+    assert len(three) == 2 * len(states)
+    likely = sum(e.completion == "likely\n" for e in three) / len(three)
+    assert likely == pytest.approx(sum(is_solvable(s) for s in states) / len(states))
+    labels = Counter(e.completion for e in examples if e.kind == "value")
+    assert labels["sure\n"] > 1000 and labels["likely\n"] > 1000
+
+
+def test_every_target_is_correct(examples: list[Example]) -> None:
+    rng = random.Random(0)
+    for e in rng.sample(examples, 4000):
+        state = _state_of(e)
+        if e.kind == "propose":
+            assert parse_propose(e.completion, state).valid, e
+        elif e.kind == "value":
+            assert parse_value(e.completion) == value_label(state), e
+        elif e.kind == "io":
+            assert check_answer(parse_io(e.completion), state).correct, e
+        else:
+            parsed = parse_cot(e.completion)
+            assert len(parsed.steps) == 3 and parsed.answer is not None
+            assert check_answer(parsed.answer, state).correct, e
+            assert path_answer(state, parsed.steps) == parsed.answer
