@@ -28,6 +28,7 @@ BFS = [
     "4",
     "--seed",
     "3",
+    "--no-distinct",  # a server samples each completion on its own: both runs sample with replacement
 ]
 
 
