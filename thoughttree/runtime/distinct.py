@@ -31,6 +31,7 @@ import torch
 from ..config import Sampling
 from ..kernels.reference import uniform_noise
 from ..tree import Generation, Node
+from ..tree.backend import inclusion_probability
 from .decode_requests import DecodeRequest, Ends
 from .kv_tree import Segment
 from .sampler import _filter
@@ -72,13 +73,6 @@ class DistinctDecoded:
     def inclusion(self) -> float:
         """Probability that a sequence of this log-probability is among the samples, given the threshold."""
         return inclusion_probability(self.sample_logprob, self.threshold)
-
-
-def inclusion_probability(sample_logprob: float, threshold: float) -> float:
-    """``P(G > kappa)`` for a Gumbel ``G`` around ``sample_logprob``: ``1 - exp(-exp(phi - kappa))``."""
-    if threshold == -math.inf:
-        return 1.0
-    return -math.expm1(-math.exp(min(sample_logprob - threshold, 700.0)))
 
 
 def child_key(key: int, token: int) -> int:

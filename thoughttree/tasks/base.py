@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, Sequence
 
 from ..config import Sampling
+from ..tree import derive_seed
 
 if TYPE_CHECKING:
     from ..tree import Node
@@ -92,6 +93,18 @@ class Propose:
 
 
 Request = Sample | Propose
+
+
+def proposal_seed(tree_seed: int, sampling: Sampling, node: Node, sample: int | None) -> int:
+    """The seed of completion ``sample`` (None: of the one distinct request) of ``node``'s next
+    :class:`Propose` expansion under ``sampling``, in a tree seeded ``tree_seed``.
+
+    An evaluator that completes a node's propose prompt under these seeds (a look-ahead) decodes
+    what expanding the node would: the search then takes those completions as the children.
+    """
+    return derive_seed(
+        tree_seed, "propose", sampling.seed, node.position, len(node.children), "distinct" if sample is None else sample
+    )
 
 
 class Task(ABC):

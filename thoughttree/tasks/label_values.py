@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..config import Sampling
 from ..tree import derive_seed
-from .base import TaskError, check_prompt, check_samples, finite, need_method
+from .base import TaskError, check_prompt, check_samples, finite, need_method, proposal_seed
 
 if TYPE_CHECKING:
     from ..tree import Node
@@ -144,7 +144,11 @@ class Lookahead:
     the best of its children's, or ``leaf``'s lowest value when no proposal was valid.
 
     The tokens the proposals generate count as the search's generated tokens, like any other
-    evaluation; ``samples`` passed to :meth:`evaluate` overrides the proposals per node.
+    evaluation; ``samples`` passed to :meth:`evaluate` overrides the proposals per node. The
+    proposals are seeded as the node's next expansion by a propose prompt would be
+    (:func:`~thoughttree.tasks.base.proposal_seed`): when ``expand`` is the task's own propose
+    prompt under the same sampling, a search that expands the node takes them as its children
+    and decodes nothing (up to ``samples`` children).
     """
 
     expand: Callable[[Any, Node], str | Sequence[int] | None]
@@ -174,12 +178,12 @@ class Lookahead:
                 list(prompts.values()),
                 k,
                 self.sampling,
-                [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position) for i in prompts],
+                [proposal_seed(seed, self.sampling, nodes[i], None) for i in prompts],
             )
             proposals = [(i, j) for i, group in zip(prompts, groups) for j in range(len(group))]
             gens = [g for group in groups for g in group]
         else:
-            seeds = [derive_seed(seed, "lookahead", self.sampling.seed, nodes[i].position, j) for i, j in proposals]
+            seeds = [proposal_seed(seed, self.sampling, nodes[i], j) for i, j in proposals]
             texts = [prompts[i] for i, _ in proposals]
             gens = need_method(lm, "complete", "Lookahead")(texts, self.sampling, seeds) if proposals else []
         # What each node's value is the best of: its children's prompts, or its own when not expanded.

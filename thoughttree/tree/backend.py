@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
@@ -27,6 +28,15 @@ class Generation:
     finish_reason: str
     kv: Any
     extra: dict[str, float] = field(default_factory=dict)
+
+
+def inclusion_probability(sample_logprob: float, threshold: float) -> float:
+    """``P(G > kappa)`` for a Gumbel ``G`` around ``sample_logprob``: ``1 - exp(-exp(phi - kappa))``,
+    the chance that a sequence of this log-probability is among distinct samples whose threshold is
+    ``kappa`` (-inf: every sequence was taken)."""
+    if threshold == -math.inf:
+        return 1.0
+    return -math.expm1(-math.exp(min(sample_logprob - threshold, 700.0)))
 
 
 class TreeBackend(Protocol):
