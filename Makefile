@@ -34,10 +34,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/thoughttree demo
 
-# Test files spread over the machine's cores (at most 4), each file on one worker so its
-# fixtures are built once. `make test` (what CI runs) leaves out the tests marked slow;
-# `make test-all` runs every test. README.md says how long each takes.
-PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+# Tests spread over the machine's cores (at most 4); a worker that runs out of tests takes some
+# of another's, so no core idles while one file's slow tests finish elsewhere (a file's module
+# fixtures may then be built on two workers: cheap next to the idle tail of one file per worker).
+# `make test` (what CI runs) leaves out the tests marked slow; `make test-all` runs every test.
+# README.md says how long each takes.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 test: setup
 	$(PYTEST) -m "not slow"

@@ -6,8 +6,8 @@
 For each method a small grid of settings (proposal counts, look-ahead samples, MCTS rule,
 constants and widening, distinct thoughts on or off; ``--grid full`` adds more) runs on the
 validation puzzles only.
-The best setting of each method is the one with the highest validation success, fewer generated
-tokens per puzzle breaking ties. BFS goes first; MCTS and beam then run with a token budget equal
+The best setting of each method is the one with the highest validation success among those that
+generate at most ``--max-tokens`` per puzzle on validation, fewer tokens breaking ties. BFS goes first; MCTS and beam then run with a token budget equal
 to the chosen BFS setting's validation tokens per puzzle (``--no-equal-budget`` leaves them
 unbudgeted), restarting searches that end unsolved, so that the methods are compared at equal
 generated tokens. Every run of the sweep is recorded in ``OUT/sweep.json`` (settings, success,
@@ -44,26 +44,37 @@ GRID: dict[str, list[dict[str, Any]]] = {
     "bfs": [
         dict(samples=30, distinct=False),
         dict(samples=20, distinct=True),
+        dict(samples=22, distinct=True),
+        dict(samples=23, distinct=True),
+        dict(samples=25, distinct=True),
     ],
     "mcts": [
         dict(iterations=32, samples=10, distinct=False),
         dict(iterations=32, samples=10, distinct=True, rule="puct"),
-        dict(iterations=48, samples=10, distinct=True, rule="puct", widening=0.5),
+        dict(iterations=32, samples=20, distinct=True, rule="puct"),
     ],
     "beam": [
         dict(width=5, samples=10, distinct=False),
         dict(width=5, samples=10, distinct=True),
+        dict(width=5, samples=20, distinct=True),
     ],
 }
 FULL: dict[str, list[dict[str, Any]]] = {
     "bfs": [
         dict(samples=30, distinct=True),
-        dict(samples=20, distinct=True, evaluations=10),
+        dict(samples=20, distinct=True, evaluations=30),
+        dict(samples=20, distinct=True, breadth=6),
         dict(samples=20, distinct=True, temperature=1.3),
     ],
-    "mcts": [dict(iterations=48, samples=10, distinct=True, rule="puct", c=2.0)],
+    "mcts": [
+        dict(iterations=48, samples=10, distinct=True, rule="puct", widening=0.5),
+        dict(iterations=48, samples=10, distinct=True, rule="puct", c=2.0),
+    ],
     "beam": [dict(width=8, samples=10, distinct=True)],
 }
+# Generated tokens per puzzle that a chosen setting may spend: BFS b=5's before distinct proposals
+# (30 sampled proposals per state, 14,779 on the test puzzles), which the defaults must not exceed.
+MAX_TOKENS = 14_779
 FLAGS = {"max_tokens_per_problem": "token-budget"}
 
 
@@ -97,10 +108,13 @@ def main() -> int:
         "--grid",
         choices=("small", "full"),
         default="small",
-        help="small: the settings above; full: adds 30 distinct proposals for BFS and a larger c for MCTS",
+        help="small: the settings above; full: adds more look-ahead, breadth and temperature for BFS, widening "
+        "and a larger c for MCTS, a wider beam",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-equal-budget", dest="equal_budget", action="store_false")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                   help=f"generated tokens per validation puzzle a chosen setting may spend (default {MAX_TOKENS:,})")
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
     p.add_argument("--png", type=Path, help="write the test curves here (needs matplotlib)")
     args = p.parse_args()
@@ -154,7 +168,12 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        best = max(rows, key=lambda r: (r["success"], -r["tokens_per_puzzle"]))
+        within = [r for r in rows if r["tokens_per_puzzle"] <= args.max_tokens]
+        if not within:
+            print(f"no {method} setting spends at most {args.max_tokens:,} tokens per puzzle; "
+                  "the cheapest is chosen", file=sys.stderr)
+        best = max(within, key=lambda r: (r["success"], -r["tokens_per_puzzle"])) if within else min(
+            rows, key=lambda r: r["tokens_per_puzzle"])
         record["chosen"][method] = best["options"]
         if method == "bfs":
             budget = math.ceil(best["tokens_per_puzzle"])

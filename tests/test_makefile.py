@@ -50,4 +50,4 @@ def test_make_test_never_asks_for_sudo_and_says_how_to_install_bubblewrap(tmp_pa
     assert done.returncode == 0, done.stderr
     assert not calls.exists(), calls.read_text()
     assert "bubblewrap (bwrap) is not installed" in done.stderr and "apt-get install bubblewrap" in done.stderr
-    assert done.stdout.splitlines()[-1] == "python -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m not slow"
+    assert done.stdout.splitlines()[-1] == "python -m pytest -q -n auto --maxprocesses 4 --dist worksteal -m not slow"

@@ -125,16 +125,17 @@ def test_few_shot_prompts_for_instruction_models() -> None:
 
 
 def test_defaults_are_the_settings_chosen_on_validation() -> None:
-    """Distinct proposals (20 per BFS state) and PUCT for the compact tree searches; sampled ones
+    """Distinct proposals (23 per BFS state, 20 for MCTS and beam) and PUCT for the compact tree searches; sampled ones
     elsewhere, and on request; the command leaves them off where they cannot run or would idle."""
     import argparse
 
     from thoughttree.commands.game24 import default_distinct
 
     bfs, mcts, beam = Game24Run(), Game24Run(method="mcts"), Game24Run(method="beam")
-    assert (bfs.distinct, bfs.samples, mcts.distinct, mcts.rule, beam.distinct) == (True, 20, True, "puct", True)
+    assert (bfs.distinct, bfs.samples, mcts.distinct, mcts.rule, beam.distinct) == (True, 23, True, "puct", True)
+    assert (mcts.samples, beam.samples, Game24Run(method="dfs").samples) == (20, 20, 10)
     plain, plain_mcts = Game24Run(distinct=False), Game24Run(method="mcts", distinct=False)
-    assert (plain.samples, plain_mcts.rule) == (30, "uct")
+    assert (plain.samples, plain_mcts.rule, plain_mcts.samples) == (30, "uct", 10)
     assert not any(Game24Run(method=m).distinct for m in ("io", "cot", "bon", "dfs"))
     assert not Game24Run(prompts="few_shot").distinct
     assert Game24Run(method="mcts", rule="uct").rule == "uct"

@@ -60,8 +60,8 @@ def add_game24(sub: Subparsers) -> None:
     p.add_argument("--live", action="store_true", help="watch each search in the terminal")
     for name, default, text in (
         ("breadth", 5, "BFS: states kept per level"),
-        ("samples", None, "propose completions per expanded state (compact: 20 for bfs, 30 with --no-distinct, "
-                           "10 otherwise; 1 few-shot)"),
+        ("samples", None, "propose completions per expanded state (compact: 23 for bfs, 30 with --no-distinct; "
+                           "20 for mcts and beam, 10 with --no-distinct; 1 few-shot)"),
         ("evaluations", None, "value samples per state: sampled verdicts (3) or look-ahead proposals (20); "
                               "none with --value probs"),
         ("k", 10, "io/cot/bon: answers sampled per puzzle"),

@@ -48,7 +48,8 @@ class Game24Run:
     seed: int = 0
     breadth: int = 5  # BFS nodes kept per level
     samples: int | None = None  # propose completions per expanded node: 1 few-shot (a list); compact (one step
-    # each) 20 distinct (30 sampled) for BFS, whose few kept states must each see most of their steps, else 10
+    # each) 23 distinct (30 sampled) for BFS, whose few kept states must each see most of their steps; 20 distinct
+    # (10 sampled) for MCTS and beam
     evaluations: int | None = None  # value samples per node: 3 sampled verdicts, or 20 look-ahead proposals
     k: int = 10  # answers sampled by io, cot and bon
     width: int = 5  # beam width
@@ -74,7 +75,7 @@ class Game24Run:
         if self.distinct is None:
             object.__setattr__(self, "distinct", compact and self.method in VALIDATED_DISTINCT)
         if self.samples is None:
-            per_node = (20 if self.distinct else 30) if self.method == "bfs" else 10
+            per_node = (23 if self.distinct else 30) if self.method == "bfs" else (20 if self.distinct else 10)
             object.__setattr__(self, "samples", per_node if compact else 1)
         if self.rule is None:
             object.__setattr__(self, "rule", "puct" if self.distinct else "uct")
