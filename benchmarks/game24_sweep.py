@@ -113,8 +113,12 @@ def main() -> int:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-equal-budget", dest="equal_budget", action="store_false")
-    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
-                   help=f"generated tokens per validation puzzle a chosen setting may spend (default {MAX_TOKENS:,})")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help=f"generated tokens per validation puzzle a chosen setting may spend (default {MAX_TOKENS:,})",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
     p.add_argument("--png", type=Path, help="write the test curves here (needs matplotlib)")
     args = p.parse_args()
@@ -170,10 +174,15 @@ def main() -> int:
             )
         within = [r for r in rows if r["tokens_per_puzzle"] <= args.max_tokens]
         if not within:
-            print(f"no {method} setting spends at most {args.max_tokens:,} tokens per puzzle; "
-                  "the cheapest is chosen", file=sys.stderr)
-        best = max(within, key=lambda r: (r["success"], -r["tokens_per_puzzle"])) if within else min(
-            rows, key=lambda r: r["tokens_per_puzzle"])
+            print(
+                f"no {method} setting spends at most {args.max_tokens:,} tokens per puzzle; the cheapest is chosen",
+                file=sys.stderr,
+            )
+        best = (
+            max(within, key=lambda r: (r["success"], -r["tokens_per_puzzle"]))
+            if within
+            else min(rows, key=lambda r: r["tokens_per_puzzle"])
+        )
         record["chosen"][method] = best["options"]
         if method == "bfs":
             budget = math.ceil(best["tokens_per_puzzle"])

@@ -50,8 +50,19 @@ def test_settings_are_chosen_on_validation_and_the_test_range_runs_once_each(tmp
     monkeypatch.setattr(sweep, "run_game24", run_game24)
     monkeypatch.setattr(sweep, "load_model", lambda *a: type("LM", (), {"device": type("D", (), {"type": "cpu"})()})())
     monkeypatch.setattr(
-        sys, "argv", ["game24_sweep.py", "--out", str(tmp_path), "--validation", "800-804", "--test", "900-904",
-                            "--max-tokens", "12000"]
+        sys,
+        "argv",
+        [
+            "game24_sweep.py",
+            "--out",
+            str(tmp_path),
+            "--validation",
+            "800-804",
+            "--test",
+            "900-904",
+            "--max-tokens",
+            "12000",
+        ],
     )
     assert sweep.main() == 0
     record = json.loads((tmp_path / "sweep.json").read_text())
