@@ -77,6 +77,7 @@ def test_one_bundled_problem_has_malformed_call_arguments(bundled):
     assert wrong == ["1613"]
 
 
+@pytest.mark.slow  # 164 programs and 36 broken ones in the sandbox: a check of the bundled data
 def test_humaneval_canonical_solutions_pass_and_broken_ones_fail():
     problems = humaneval.load()
     assert len(problems) == humaneval.NUM_PROBLEMS == 164
