@@ -79,3 +79,22 @@ def test_code_commands_check_their_sizes_too(capsys, argv: list[str], message: s
     assert main([*argv, "--model", "bundled", "--end", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_kv_pages_sizes_a_local_pool_within_the_machine(capsys):
+    from thoughttree.commands.model import load_model
+    from thoughttree.runtime.memory import NotEnoughMemory, check_host_pool
+    from thoughttree.search.game24_methods import Game24Run, check_sizes_fit
+
+    lm = load_model("bundled", "cpu", None, num_pages=9000)
+    assert lm.kv.pool.num_pages == 9000
+    check_sizes_fit(lm, Game24Run(method="io", k=800, end=901))  # beyond the default CPU pool's 186
+    assert main(["game24", "--device", "cpu", "--kv-pages", "1000000000", "--end", "901"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--kv-pages 1000000000: the KV pool asked for" in err, err
+    assert "larger than this machine's memory" in err and "ask for at most" in err
+    assert main(["game24", "--model", "http://127.0.0.1:9/v1", "--kv-pages", "10", "--end", "901"]) == 2
+    assert "--kv-pages sizes a local model's KV pool" in capsys.readouterr().err
+    check_host_pool(4, 1 << 20, "num_pages=4", total_bytes=4 << 20)
+    with pytest.raises(NotEnoughMemory, match="ask for at most 4 pages"):
+        check_host_pool(5, 1 << 20, "num_pages=5", total_bytes=4 << 20)

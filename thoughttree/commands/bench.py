@@ -59,6 +59,7 @@ def run_bench(args: argparse.Namespace) -> int:
         args.attention,
         args.tensor_parallel,
         args.collective_timeout,
+        num_pages=args.kv_pages,
         speculative=args.speculative,
     )
     if args.tokens >= lm.max_context:

@@ -126,8 +126,8 @@ def run_game24_command(args: argparse.Namespace) -> int:
     options.check()
     layout = join_launch(args)
     lm = load_model(args.model, str(layout.device) if layout else args.device, args.dtype, args.attention,
-                    args.tensor_parallel, args.collective_timeout, speculative=args.speculative,
-                    **remote_options(args))
+                    args.tensor_parallel, args.collective_timeout, num_pages=args.kv_pages,
+                    speculative=args.speculative, **remote_options(args))
     try:
         check_prompts_fit(lm, run)
         check_sizes_fit(lm, run)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import RuntimeConfig
 from ..runtime.ranks import ParallelError
-from .common import CliError
+from .common import CliError, at_least
 from .launch import add_tensor_parallel
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def add_model_arguments(p: argparse.ArgumentParser, *, dtype: bool = True) -> No
     p.add_argument("--attention", choices=ATTENTION, default="auto",
                    help="tree-attention backend: deft (Triton kernels, 16-bit, GPU), per_sequence, reference "
                         "(PyTorch); auto picks deft on a GPU with 16-bit weights, else reference")
+    p.add_argument("--kv-pages", type=at_least(1), metavar="N",
+                   help="KV pool pages of a local model (default: sized from memory)")
     add_speculative(p)
     add_tensor_parallel(p)
 
@@ -137,11 +139,14 @@ def load_model(
     from ..config import Speculative
 
     if is_remote(spec):
+        if num_pages is not None:
+            raise CliError("--kv-pages sizes a local model's KV pool; a server holds its own")
         if speculative != "off":
             raise CliError(f"--speculative {speculative}: speculation runs on a local model; a server decodes itself")
         return load_remote(spec, remote_model, remote_tokenizer, remote_context, remote_concurrency)
     check_device(device)  # before torch is imported: a bad name is refused at once
     from ..runtime import LM, ModelLoadError
+    from ..runtime.memory import NotEnoughMemory
 
     path = bundled_model_path() if spec == "bundled" else Path(spec)
     try:
@@ -151,6 +156,8 @@ def load_model(
         raise CliError(f"--model {spec}: {exc}") from exc
     except ParallelError as exc:
         raise CliError(f"--tensor-parallel {tensor_parallel}: {exc}") from exc
+    except NotEnoughMemory as exc:
+        raise CliError(f"--kv-pages {num_pages}: {exc}" if num_pages is not None else str(exc)) from exc
     except ValueError as exc:  # the device, dtype and attention backend, checked before loading
         raise CliError(str(exc)) from exc
     try:

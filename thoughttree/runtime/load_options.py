@@ -9,7 +9,7 @@ import torch
 
 from ..config import RuntimeConfig
 from .kv_pool import KVPool
-from .memory import plan_memory
+from .memory import check_host_pool, plan_memory
 from .model_config import ModelConfig
 
 CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
@@ -107,6 +107,7 @@ def pool_pages(
             device=str(device),
         ).num_pages
     if rc.num_pages is not None:
+        check_host_pool(rc.num_pages, per_page, f"num_pages={rc.num_pages}")
         return rc.num_pages
     if rc.kv_memory_bytes is None:  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
         return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))

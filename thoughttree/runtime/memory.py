@@ -10,6 +10,7 @@ Pure arithmetic on sizes, so it is tested against any GPU's numbers without one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .model_config import ModelConfig
@@ -41,6 +42,22 @@ class MemoryPlan:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+def check_host_pool(pages: int, page_bytes: int, asked: str, total_bytes: int | None = None) -> None:
+    """NotEnoughMemory when a KV pool of ``pages`` pages on the CPU is larger than the machine's
+    memory (``total_bytes``, by default what the OS reports; nothing is checked where it reports
+    nothing)."""
+    if total_bytes is None:
+        try:
+            total_bytes = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return
+    if pages * page_bytes > total_bytes:
+        raise NotEnoughMemory(
+            f"the KV pool asked for ({asked}: {_gib(pages * page_bytes)}) is larger than this machine's memory "
+            f"({_gib(total_bytes)}); ask for at most {total_bytes // page_bytes} pages"
+        )
 
 
 def workspace_bytes(
