@@ -52,8 +52,15 @@ def run_warmup(args: argparse.Namespace) -> int:
     if device.startswith("cpu") and not interpreted and args.attention in ("auto", "reference"):
         print("warmup: nothing to compile on the CPU (its steps run PyTorch, not Triton kernels); nothing done")
         return 0
-    lm = load_model(args.model, device, args.dtype, args.attention, args.tensor_parallel, args.collective_timeout,
-                    num_pages=args.kv_pages)
+    lm = load_model(
+        args.model,
+        device,
+        args.dtype,
+        args.attention,
+        args.tensor_parallel,
+        args.collective_timeout,
+        num_pages=args.kv_pages,
+    )
     from ..runtime.warmup import warm_up
 
     prompt = args.prompt_tokens if args.prompt_tokens is not None else min(2048, lm.max_context - args.tokens)
