@@ -98,3 +98,12 @@ def test_kv_pages_sizes_a_local_pool_within_the_machine(capsys):
     check_host_pool(4, 1 << 20, "num_pages=4", total_bytes=4 << 20)
     with pytest.raises(NotEnoughMemory, match="ask for at most 4 pages"):
         check_host_pool(5, 1 << 20, "num_pages=5", total_bytes=4 << 20)
+
+
+def test_a_cpu_pool_given_in_bytes_larger_than_the_machine_is_refused():
+    from thoughttree import LM, RuntimeConfig
+    from thoughttree.commands.model import bundled_model_path
+    from thoughttree.runtime.memory import NotEnoughMemory
+
+    with pytest.raises(NotEnoughMemory, match=r"kv_memory_bytes=10{15}: .* is larger than this machine's memory"):
+        LM.from_pretrained(bundled_model_path(), device="cpu", runtime=RuntimeConfig(kv_memory_bytes=10**15))

@@ -111,4 +111,6 @@ def pool_pages(
         return rc.num_pages
     if rc.kv_memory_bytes is None:  # the CPU: room for CPU_PATHS full-context paths, at most 1 GiB
         return max(1, min((1 << 30) // per_page, CPU_PATHS * -(-cfg.max_context // rc.page_size)))
-    return max(1, rc.kv_memory_bytes // per_page)
+    pages = max(1, rc.kv_memory_bytes // per_page)
+    check_host_pool(pages, per_page, f"kv_memory_bytes={rc.kv_memory_bytes}")
+    return pages
