@@ -106,3 +106,32 @@ def test_lookahead_values_states_by_the_best_state_one_step_on() -> None:
     probs = LabelProbs(prompt=lambda p, n: value_prompt((4, 6)), labels=evaluator.leaf.labels)
     assert direct == pytest.approx(probs.evaluate(lm, problem, [two], seed=0)[0], rel=1e-4)
     lm.check_integrity(tree)
+
+
+def test_a_lookahead_that_decodes_an_expansions_proposals_leaves_the_search_unchanged() -> None:
+    """Distinct proposals: a look-ahead valuing with 4 of the 6 proposals an expansion asks for
+    decodes all 6, so that expanding a kept state decodes nothing; the tree is the same."""
+    import dataclasses
+
+    from thoughttree import LM, RuntimeConfig
+    from thoughttree.search.driver import search
+    from thoughttree.strategies import BFS
+    from thoughttree.tasks.game24 import Game24, Game24Config
+
+    lm = LM.from_pretrained(MODEL_DIR, device="cpu", runtime=RuntimeConfig(num_pages=2048))
+    config = Game24Config(value="lookahead", lookahead_samples=4)
+    config = dataclasses.replace(config, sampling=dataclasses.replace(config.sampling, distinct=True))
+    runs = {}
+    for shared in (None, 6):
+        task = Game24(dataclasses.replace(config, expansion_samples=shared))
+        runs[shared] = search(task, BFS(breadth=2, samples=6, depth=3, evaluations=4), lm, problem="4 5 6 10")
+    plain, shared = runs[None], runs[6]
+
+    def nodes(result):
+        return [(n.depth, n.text, n.value) for n in result.tree.nodes]
+
+    assert nodes(shared) == nodes(plain)
+    assert plain.statistics.per_round[1].expand.generated_tokens > 0
+    assert shared.statistics.per_round[1].expand.generated_tokens == 0, "the kept states' children were decoded"
+    with pytest.raises(ValueError, match="expansion_samples"):
+        Game24Config(expansion_samples=0)

@@ -156,8 +156,11 @@ class Game24Run:
             direct = dataclasses.replace(direct, sampling=self.sampling(direct.sampling))
             return (_LogProbCot(direct) if m == "bon" else Game24Direct(direct)), BestOfN(n=self.k)
         assert self.value is not None and self.evaluations is not None  # set in __post_init__
+        # With distinct proposals the look-ahead decodes as many as an expansion asks for, so that
+        # expanding a valued state takes them instead of decoding a larger request again.
         config = Game24Config(prompts=self.prompts, value=self.value, value_samples=self.evaluations,
-                              lookahead_samples=self.evaluations)
+                              lookahead_samples=self.evaluations,
+                              expansion_samples=self.samples if self.distinct else None)
         task = Game24(dataclasses.replace(config, sampling=self.sampling(config.sampling)))
         if m == "bfs":
             return task, BFS(breadth=self.breadth, samples=self.samples, depth=3, evaluations=self.evaluations)

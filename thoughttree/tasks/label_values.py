@@ -148,7 +148,11 @@ class Lookahead:
     proposals are seeded as the node's next expansion by a propose prompt would be
     (:func:`~thoughttree.tasks.base.proposal_seed`): when ``expand`` is the task's own propose
     prompt under the same sampling, a search that expands the node takes them as its children
-    and decodes nothing (up to ``samples`` children).
+    and decodes nothing (up to ``samples`` children). ``expansion_samples``, the search's proposals
+    per expansion, makes the look-ahead decode that many when it is more than ``samples`` (the value
+    still takes the first ``samples``), so that the expansion decodes nothing either: worth it for
+    distinct proposals, where a request for more than was decoded is decoded whole again, not for
+    sampled ones, which are remembered one seed at a time.
     """
 
     expand: Callable[[Any, Node], str | Sequence[int] | None]
@@ -156,9 +160,12 @@ class Lookahead:
     leaf: LabelProbs
     samples: int = 20
     sampling: Sampling = field(default_factory=lambda: Sampling(max_tokens=32, temperature=1.0, stop=("\n",)))
+    expansion_samples: int | None = None
 
     def __post_init__(self) -> None:
         check_samples(self.samples, "Lookahead")
+        if self.expansion_samples is not None:
+            check_samples(self.expansion_samples, "Lookahead expansion")
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -171,12 +178,13 @@ class Lookahead:
         if not nodes:
             return []
         expand = [self.expand(problem, n) for n in nodes]
-        proposals = [(i, j) for i, p in enumerate(expand) if p is not None for j in range(k)]  # (node, sample)
+        decode = max(k, self.expansion_samples or 0)  # proposals decoded per node; the value takes the first k
+        proposals = [(i, j) for i, p in enumerate(expand) if p is not None for j in range(decode)]  # (node, sample)
         prompts = {i: check_prompt(expand[i], "Lookahead.expand") for i, _ in proposals}
-        if self.sampling.distinct and prompts:  # k distinct proposals per node (fewer when fewer exist)
+        if self.sampling.distinct and prompts:  # distinct proposals per node (fewer when fewer exist)
             groups = need_method(lm, "complete_distinct", "Lookahead with distinct sampling")(
                 list(prompts.values()),
-                k,
+                decode,
                 self.sampling,
                 [proposal_seed(seed, self.sampling, nodes[i], None) for i in prompts],
             )
@@ -191,8 +199,8 @@ class Lookahead:
             [] if p is not None else [check_prompt(self.leaf.prompt(problem, n), "LabelProbs.prompt")]
             for n, p in zip(nodes, expand)
         ]
-        for g, (i, _) in zip(gens, proposals):
-            prompt = self.child(problem, nodes[i], g.text)
+        for g, (i, j) in zip(gens, proposals):
+            prompt = self.child(problem, nodes[i], g.text) if j < k else None
             if prompt is not None:
                 wanted[i].append(check_prompt(prompt, "Lookahead.child"))
         unique = list(dict.fromkeys(_key(p) for ps in wanted for p in ps))

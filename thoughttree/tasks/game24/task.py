@@ -49,7 +49,9 @@ class Game24Config(TaskConfig):
     "lookahead" (compact only) scores a state of three or four numbers by the best "probs" value
     among the states that ``lookahead_samples`` proposals from it leave, and smaller states by
     "probs" directly; "samples" averages ``value_samples`` sampled verdicts as Tree of Thoughts
-    does. Sampling settings left as None take the style's defaults.
+    does. ``expansion_samples`` is the search's proposals per expansion, decoded by the look-ahead
+    when more than ``lookahead_samples`` (see :class:`~thoughttree.tasks.Lookahead`). Sampling
+    settings left as None take the style's defaults.
     """
 
     prompts: str = "compact"
@@ -58,6 +60,7 @@ class Game24Config(TaskConfig):
     value_sampling: Sampling | None = None
     value_samples: int = 3
     lookahead_samples: int = 20
+    expansion_samples: int | None = None
 
     def __post_init__(self) -> None:
         _check_style(self.prompts)
@@ -65,7 +68,9 @@ class Game24Config(TaskConfig):
             raise ValueError(f"Game24 value must be one of {', '.join(VALUES)}, got {self.value!r}")
         if self.prompts == "few_shot" and self.value != "samples":
             raise ValueError("few-shot Game24 prompts end in a free-text verdict; use value='samples'")
-        for name in ("value_samples", "lookahead_samples"):
+        for name in ("value_samples", "lookahead_samples", "expansion_samples"):
+            if name == "expansion_samples" and self.expansion_samples is None:
+                continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Game24 {name} must be an integer >= 1, got {getattr(self, name)!r}")
         compact = self.prompts == "compact"
@@ -141,7 +146,8 @@ class Game24(Task):
             return probs
         if self.config.value == "lookahead":
             return Lookahead(expand=self._lookahead_prompt, child=self._lookahead_child, leaf=probs,
-                             samples=self.config.lookahead_samples, sampling=self.config.sampling)
+                             samples=self.config.lookahead_samples, sampling=self.config.sampling,
+                             expansion_samples=self.config.expansion_samples)
         return ValuePrompt(
             prompt=prompt, labels=VALUE_OF_LABEL, samples=self.config.value_samples, sampling=self.config.value_sampling
         )
