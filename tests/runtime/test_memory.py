@@ -105,3 +105,91 @@ def test_a_pool_that_cannot_fit_fails_while_loading_not_inside_a_search(tiny_mod
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (200 << 20, 80 << 30))
     with pytest.raises(NotEnoughMemory, match=r"kv_memory_bytes=1073741824: 1\.00 GiB\) does not fit on cuda"):
         LM.from_pretrained(tiny_model_dir, device="cuda", dtype="bfloat16", runtime=RuntimeConfig(kv_memory_bytes=GIB))
+
+
+@pytest.mark.parametrize(("total", "processes"), [(80, 2), (141, 3)])
+def test_processes_that_size_their_pools_one_at_a_time_all_fit(total: int, processes: int) -> None:
+    """Processes load the model on one GPU in turn (the lock file): each sees the weights and
+    pools of those before it, and every one keeps room for its own steps."""
+    free, plans = total * GIB, []
+    for _ in range(processes):
+        free -= WEIGHTS
+        plan = _plan(free)
+        plans.append(plan)
+        free -= plan.kv_bytes
+    assert all(p.num_pages > 0 for p in plans)
+    steps = workspace_bytes(LLAMA3_8B, 2, 512, free_bytes=0)  # buffers and activations, the least headroom
+    assert free >= processes * steps, "every process's steps still fit beside the pools"
+
+
+def test_an_allocation_that_runs_out_of_memory_is_sized_again_from_what_is_free_then() -> None:
+    import torch
+
+    from thoughttree.runtime.load_options import allocate_sized
+
+    free = iter([40 * GIB, 20 * GIB])
+    released = []
+
+    def allocate(pages: int) -> int:
+        if pages * PAGE > 15 * GIB:  # another process took memory after it was read
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return pages
+
+    pages = allocate_sized(lambda: _plan(next(free)).num_pages, allocate, release=lambda: released.append(1))
+    assert pages == _plan(20 * GIB).num_pages and released == [1]
+
+
+def test_an_allocation_that_keeps_failing_says_what_to_do() -> None:
+    import torch
+
+    from thoughttree.runtime.load_options import allocate_sized
+
+    def allocate(pages: int) -> int:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(NotEnoughMemory, match=r"another program is taking GPU memory.*--kv-pages N"):
+        allocate_sized(lambda: 100, allocate, attempts=2, device="cuda:0")
+    with pytest.raises(NotEnoughMemory, match="Free GPU memory"):
+        allocate_sized(lambda: _plan(WEIGHTS // 64).num_pages, allocate)
+
+
+def test_the_lock_file_lets_one_holder_in_at_a_time(tmp_path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    from thoughttree.runtime.load_options import file_lock
+
+    path = tmp_path / "gpu.lock"
+    with file_lock(path, fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN):
+        other = open(path)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released on leaving the block
+    other.close()
+    ran = []
+    with file_lock(tmp_path / "missing" / "gpu.lock", fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN):
+        ran.append(True)  # no lock file can be made there: the block runs unlocked
+    assert ran
+
+
+@pytest.mark.gpu
+def test_a_gpu_pool_is_sized_under_the_gpus_lock_file() -> None:
+    import fcntl
+
+    import torch
+
+    from thoughttree.runtime import load_options
+
+    device, seen = torch.device("cuda", torch.cuda.current_device()), []
+    path = load_options.gpu_lock_path(device)
+
+    def size() -> int:
+        with open(path) as other:  # another process would wait here
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen.append(True)
+        return 4
+
+    with load_options.gpu_lock(device):
+        pool = load_options.allocate_sized(size, lambda pages: torch.empty(pages, device=device))
+    assert pool.numel() == 4 and seen == [True]
+    with open(path) as other:  # released
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -18,11 +18,10 @@ from .distinct import complete_distinct, generate_distinct
 from .decode_requests import DecodeRequest, Decoded
 from .engine import Engine, on_device
 from .engine_stats import EngineStats
-from .kv_pool import KVPool
 from .kv_tree import KVTree, Segment
 from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError
-from .load_options import check_attention, pool_pages, resolve_device, resolve_dtype
+from .load_options import check_attention, make_pool, resolve_device, resolve_dtype
 from .parallel import TensorParallel, check_divisible, local_device
 from .speculative.draft_model import draft_loader
 
@@ -40,15 +39,8 @@ class LM:
         model.few_rows, model.epilogues = runtime.few_row_projections, runtime.projection_epilogues
         self._detokenize = Detokenizer(tokenizer)
         self.device = model.device
-        pool = KVPool(
-            cfg.num_layers,
-            pool_pages(cfg, runtime, model.dtype, model.device, model.num_kv_heads, model.num_heads),
-            runtime.page_size,
-            model.num_kv_heads,  # a tensor-parallel rank keeps the KV of its own heads only
-            cfg.head_dim,
-            dtype=model.dtype,
-            device=model.device,
-        )
+        # A tensor-parallel rank keeps the KV of its own heads only.
+        pool = make_pool(cfg, runtime, model.dtype, model.device, model.num_kv_heads, model.num_heads)
         self.kv = KVTree(pool)
         self._trees: weakref.WeakSet[ThoughtTree] = weakref.WeakSet()  # every live tree given KV here
         attention = runtime.attention

@@ -3,14 +3,21 @@ backend it can take, and the pages of its KV pool."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
 from ..config import RuntimeConfig
 from .kv_pool import KVPool
-from .memory import check_host_pool, plan_memory
+from .memory import NotEnoughMemory, check_host_pool, plan_memory
 from .model_config import ModelConfig
+
+T = TypeVar("T")
+ALLOCATION_ATTEMPTS = 3
 
 CPU_PATHS = 128  # default CPU KV pool: this many paths of the model's full context
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -78,6 +85,102 @@ def check_attention(attention: str, device: torch.device, dtype: torch.dtype) ->
         )
     if dtype.itemsize != 2:
         raise ValueError(f"attention {attention!r} takes 16-bit weights; load them in float16 or bfloat16")
+
+
+def make_pool(
+    cfg: ModelConfig,
+    rc: RuntimeConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_kv_heads: int | None = None,
+    num_heads: int | None = None,
+) -> KVPool:
+    """The model's KV pool (``num_kv_heads``, ``num_heads``: the heads this process keeps, all by
+    default), of :func:`pool_pages` pages.
+
+    On CUDA the processes of this machine size and allocate their pools one at a time (a lock
+    file per GPU), so that processes started together each see the pools of those before them;
+    an allocation that fails all the same (another program took memory meanwhile) is sized again
+    from what is free then (:func:`allocate_sized`)."""
+    heads = cfg.num_kv_heads if num_kv_heads is None else num_kv_heads
+
+    def allocate(pages: int) -> KVPool:
+        return KVPool(cfg.num_layers, pages, rc.page_size, heads, cfg.head_dim, dtype=dtype, device=device)
+
+    if device.type != "cuda":
+        return allocate(pool_pages(cfg, rc, dtype, device, heads, num_heads))
+    with gpu_lock(device):
+        return allocate_sized(
+            lambda: pool_pages(cfg, rc, dtype, device, heads, num_heads),
+            allocate,
+            release=torch.cuda.empty_cache,
+            device=str(device),
+        )
+
+
+def allocate_sized(
+    size: Callable[[], int],
+    allocate: Callable[[int], T],
+    *,
+    release: Callable[[], None] = lambda: None,
+    attempts: int = ALLOCATION_ATTEMPTS,
+    device: str = "the GPU",
+) -> T:
+    """``allocate(size())``, sized again from the memory free then when the allocation runs out
+    of memory (``release`` returns what a failed attempt cached), up to ``attempts`` times; then
+    :class:`NotEnoughMemory` that says what to do. ``size`` raises NotEnoughMemory itself when
+    what is free cannot hold a pool."""
+    pages = 0
+    for _ in range(attempts):
+        pages = size()
+        try:
+            return allocate(pages)
+        except torch.OutOfMemoryError:
+            release()
+    raise NotEnoughMemory(
+        f"a KV pool of {pages} pages, sized from the memory free on {device}, could not be allocated in {attempts} "
+        "attempts: another program is taking GPU memory while this one loads. Give the pool's size "
+        "(RuntimeConfig(num_pages=...), --kv-pages N) or start the programs one after another"
+    )
+
+
+@contextlib.contextmanager
+def gpu_lock(device: torch.device) -> Iterator[None]:
+    """Hold this machine's lock file of the GPU ``device`` (by its UUID): the processes that size
+    their pools from its free memory take turns. Where no lock file can be made (no ``fcntl``, a
+    read-only temporary directory), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    with file_lock(gpu_lock_path(device), fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN):
+        yield
+
+
+def gpu_lock_path(device: torch.device) -> Path:
+    """The lock file of the GPU ``device``, named by its UUID, in the temporary directory."""
+    props = torch.cuda.get_device_properties(device)
+    name = str(getattr(props, "uuid", "") or f"{props.name}-{device.index or 0}")
+    return Path(tempfile.gettempdir()) / f"thoughttree-gpu-{''.join(c if c.isalnum() else '-' for c in name)}.lock"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, flock: Callable[[int, int], None], lock: int, unlock: int) -> Iterator[None]:
+    """``flock`` the file at ``path`` (made, readable and writable by all, when missing) while
+    the block runs; nothing is locked where the file cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        flock(fd, lock)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            flock(fd, unlock)
+        os.close(fd)
 
 
 def pool_pages(
