@@ -1,5 +1,5 @@
 """What a model load runs on, settled before anything loads: the device, the dtype, the attention
-backend it can take, and the pages of its KV pool."""
+backend it can take, and the pages of its KV pool, allocated by one process of a GPU at a time."""
 
 from __future__ import annotations
 
