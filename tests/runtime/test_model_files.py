@@ -37,3 +37,32 @@ def test_the_bundled_tokenizer_knows_the_models_context():
     tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_path()), local_files_only=True)
     config = json.loads((bundled_model_path() / "config.json").read_text())
     assert tokenizer.model_max_length == config["max_position_embeddings"] == 256
+
+
+def test_running_out_of_gpu_memory_while_copying_weights_says_so(tmp_path, monkeypatch):
+    """Memory taken by another program after the room was checked: a clear error, not a raw one."""
+    import pytest
+    from safetensors.torch import save_file
+
+    from thoughttree.runtime import checkpoint
+    from thoughttree.runtime.memory import NotEnoughMemory
+
+    save_file({"model.w": torch.zeros(2, 3)}, str(tmp_path / "model.safetensors"))
+    index = checkpoint.tensor_index([tmp_path / "model.safetensors"])
+
+    class Full:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def get_tensor(self, key):
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(checkpoint, "safe_open", Full)
+    with pytest.raises(NotEnoughMemory, match=r"ran out of memory while the weights of model\.safetensors"):
+        checkpoint.read_tensors(index, ["w"], torch.device("cpu"), torch.float32)
