@@ -45,7 +45,7 @@ def test_running_out_of_gpu_memory_while_copying_weights_says_so(tmp_path, monke
     from safetensors.torch import save_file
 
     from thoughttree.runtime import checkpoint
-    from thoughttree.runtime.memory import NotEnoughMemory
+    from thoughttree.runtime.model_config import ModelLoadError
 
     save_file({"model.w": torch.zeros(2, 3)}, str(tmp_path / "model.safetensors"))
     index = checkpoint.tensor_index([tmp_path / "model.safetensors"])
@@ -64,5 +64,5 @@ def test_running_out_of_gpu_memory_while_copying_weights_says_so(tmp_path, monke
             raise torch.OutOfMemoryError("CUDA out of memory")
 
     monkeypatch.setattr(checkpoint, "safe_open", Full)
-    with pytest.raises(NotEnoughMemory, match=r"ran out of memory while the weights of model\.safetensors"):
+    with pytest.raises(ModelLoadError, match=r"ran out of memory while the weights of model\.safetensors"):
         checkpoint.read_tensors(index, ["w"], torch.device("cpu"), torch.float32)

@@ -19,7 +19,6 @@ from typing import Any, Callable, Sequence
 import torch
 from safetensors import safe_open
 
-from .memory import NotEnoughMemory
 from .model import Transformer
 from .model_config import ModelConfig, ModelLoadError, check_tensor_shapes
 
@@ -110,7 +109,7 @@ def read_tensors(
                     t = f.get_tensor(key) if part is None else _read_slice(f.get_slice(key), *part)
                     out[name] = (upload(t) if upload is not None else t).to(dtype)
         except torch.OutOfMemoryError as exc:  # the device's, not the file's: memory taken since the check
-            raise NotEnoughMemory(
+            raise ModelLoadError(
                 f"{device} ran out of memory while the weights of {file.name} were copied to it: another program "
                 "took GPU memory after this one found that the weights fit. Free GPU memory, or load the models "
                 "one after another"

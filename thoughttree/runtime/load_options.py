@@ -107,15 +107,13 @@ def make_pool(
     def allocate(pages: int) -> KVPool:
         return KVPool(cfg.num_layers, pages, rc.page_size, heads, cfg.head_dim, dtype=dtype, device=device)
 
+    def size() -> int:
+        return pool_pages(cfg, rc, dtype, device, heads, num_heads)
+
     if device.type != "cuda":
-        return allocate(pool_pages(cfg, rc, dtype, device, heads, num_heads))
+        return allocate(size())
     with gpu_lock(device):
-        return allocate_sized(
-            lambda: pool_pages(cfg, rc, dtype, device, heads, num_heads),
-            allocate,
-            release=torch.cuda.empty_cache,
-            device=str(device),
-        )
+        return allocate_sized(size, allocate, release=torch.cuda.empty_cache, device=str(device))
 
 
 def allocate_sized(
