@@ -9,8 +9,9 @@ acceptance rate (draft tokens kept / verified) and tokens per target forward.
     python benchmarks/speculative.py --part cpu --limit 10
 
 GPU rows (``--part gpu``, Llama-3-8B shape with random weights): the time of one verification
-forward with 1-16 chain draft tokens per branch at 1, 8 and 64 branches (``--prompt`` tokens
-shared), against a plain step (0 draft tokens) and against its floor, the larger of the weights'
+step on the decode buffers (:class:`VerifyBatch`: the forward, the draws, and the host's work
+around them) with 1-16 chain draft tokens per branch at 1, 8 and 64 branches (``--prompt``
+tokens shared), against a plain step (0 draft tokens) and against its floor, the larger of the weights'
 read time at the measured copy bandwidth and the rows' matmul FLOPs at the measured bf16 rate;
 then tokens per second of whole expansions with a draft model equal to the target (every draft
 kept: the upper bound) and with a small random draft model, chain against tree drafts, and the
@@ -113,8 +114,9 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     from tree_decode import SHAPES, step_bytes
     from tree_timing import roofs
 
-    from thoughttree.runtime.speculative import DraftModel, DraftTree
-    from thoughttree.runtime.speculative.speculator import _draft_segments
+    from thoughttree.runtime.decode_requests import DecodeRequest
+    from thoughttree.runtime.speculative import DraftModel
+    from thoughttree.runtime.verify_batch import VerifyBatch
 
     shapes = {**SHAPES, "tiny": TINY}
     dev = torch.device(args.device)
@@ -132,46 +134,45 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     table = Table(title=f"verification step, {args.shape}, {args.prompt}-token prompt, {dev}")
     for col in ("branches", "draft/branch", "rows", "ms", "÷ plain step", "floor ms", "÷ floor"):
         table.add_column(col, justify="right")
-    for branches in (1, 8, 64):
+    for branches in args.branches:
         tree = ThoughtTree(lm, prompt=prompt, seed=0)
         short = Sampling(max_tokens=4, temperature=1.0, ignore_eos=True)
         kids = tree.expand([tree.root], n=branches, sampling=short)[0]
+        # Each branch mid-decode: one generated token whose KV the step writes, then k draft tokens.
+        go_on = Sampling(max_tokens=64, temperature=1.0, ignore_eos=True)
+        requests = [DecodeRequest(kid.kv, go_on, b) for b, kid in enumerate(kids)]
+        tails = [lm.kv.open_child(kid.kv) for kid in kids]
+        lm.kv.append_each(tails, [5] * branches)
+        ids = list(range(branches))
+        batch = VerifyBatch(lm.engine, ids, requests, tails, depth=16)
         plain = None
         for k in (0, 1, 2, 4, 8, 16):
-            made: list = []
-            targets = []
-            for kid in kids:
-                seg = kid.kv
-                targets.append((seg, len(seg.tokens) - 1))
-                if k:
-                    d = DraftTree()
-                    for j in range(k):
-                        d.add(j - 1, 5 + j, 1.0)
-                    targets += _draft_segments(lm.kv, seg, d, made)
+            drafts = {i: [5 + j for j in range(k)] for i in ids}
             times = []
             for rep in range(args.reps + 2):
-                for s in made:
-                    s.written = 0  # every rep computes the drafts' KV again, as a verification step does
                 sync()
                 t0 = time.perf_counter()
-                lm.engine.forward(targets)
-                sync()
+                batch.verify(ids, drafts)
                 if rep >= 2:
                     times.append(time.perf_counter() - t0)
-            for s in made:
-                lm.kv.release(s)
+                for t in tails:  # back to the state before the step
+                    lm.kv.truncate(t, 1)
+                    t.written = 0
+            rows = branches * (k + 1)
             ms = 1e3 * sorted(times)[len(times) // 2]
             plain = ms if k == 0 else plain
-            floor = 1e3 * max(weights / copy, 2 * params * len(targets) / mm)
+            floor = 1e3 * max(weights / copy, 2 * params * rows / mm)
             table.add_row(
                 str(branches),
                 str(k),
-                str(len(targets)),
+                str(rows),
                 f"{ms:.2f}",
                 f"{ms / plain:.2f}",
                 f"{floor:.2f}" if floor else "–",
                 f"{ms / floor:.2f}" if floor else "–",
             )
+        for t in tails:
+            lm.kv.release(t)
         tree.release_kv()
     console.print(table)
 
@@ -194,7 +195,7 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     drafters = [("off", None), ("lookup", "lookup"), ("random small model", DraftModel(small))]
     if twin is not None:
         drafters.append(("the target itself", DraftModel(twin)))
-    for branches in (1, 8, 64):
+    for branches in args.branches:
         base = None
         for name, drafter in drafters:
             # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
@@ -251,6 +252,12 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument(
+        "--branches",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[1, 8, 64],
+        help="branch counts of the gpu part (comma-separated; default 1,8,64)",
+    )
     p.add_argument(
         "--twin",
         action=argparse.BooleanOptionalAction,

@@ -156,3 +156,36 @@ def test_decode_work_equals_the_tree_with_tails_as_nodes(kind: str, share: bool,
     )
     assert_close_to_reference(out, q, k, v, full)
     assert torch.allclose(out.float(), tree_attention(q, k, v, full, backend="reference").float(), atol=2e-2)
+
+
+@pytest.mark.parametrize("tail_cap", [12, TAIL_PIECE + 9])
+def test_queries_sharing_a_tail_window_see_their_own_prefixes(tail_cap: int) -> None:
+    """A branch's newest token and its draft tokens read one window, each up to itself: the same
+    attention as a tree holding each query's prefix of the window as its own node."""
+    dtype, d, h_q, h_kv, page_size = torch.float16, 32, 4, 2, 8
+    parents, lengths = [-1, 0, 0], [19, 7, 11]
+    branch_nodes = [1, 2, 1]  # three branches: two under node 1, one under node 2
+    filled = [3, 5, tail_cap - 4]  # tokens in each branch's window before its drafts
+    depth = 4  # each branch's newest token and three draft tokens after it
+    k, v, perm = random_cache(sum(lengths) + 3 * tail_cap, page_size, h_kv, d, dtype, "cpu", seed=4)
+    k, v = k.to(DEV), v.to(DEV)
+    bounds = np.cumsum([0, *lengths])
+    node_slots = [perm[bounds[i] : bounds[i + 1]] for i in range(len(lengths))]
+    tails = [perm[bounds[-1] + b * tail_cap : bounds[-1] + b * tail_cap + filled[b] + depth - 1] for b in range(3)]
+    windows = [b for _ in range(depth) for b in range(3)]  # depth-major rows: row = level * 3 + branch
+    seen = [filled[b] + level for level in range(depth) for b in range(3)]
+    q_nodes = [branch_nodes[b] for b in windows]
+    shared = plan_tree_attention(parents, node_slots, q_nodes, page_size=page_size, device=DEV)
+    work = decode_work(shared, tails, tail_cap, h_q, h_kv, d, WorkConfig(waves=4.0, num_sms=16, min_chunk=16),
+                       windows=windows, lengths=seen)
+    assert work.folded == (tail_cap <= WorkConfig().fold_tail)
+    assert len(set(work.tail_base.tolist())) == 3
+    q = torch.randn(len(windows), h_q, d, generator=torch.Generator().manual_seed(5)).to(DEV, dtype)
+    out = run_work(q, k, v, upload(work.host, torch.device(DEV), h_q, d, WorkConfig(merge_block=1)))
+    full = plan_tree_attention(
+        parents + q_nodes, node_slots + [tails[b][:n] for b, n in zip(windows, seen)],
+        list(range(len(parents), len(parents) + len(windows))), page_size=page_size, device=DEV,
+    )
+    assert_close_to_reference(out, q, k, v, full)
+    with pytest.raises(ValueError, match="at most the tokens its tail window holds"):
+        decode_work(shared, tails, tail_cap, h_q, h_kv, d, WorkConfig(), windows=windows, lengths=[tail_cap + 1] * 12)

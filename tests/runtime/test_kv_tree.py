@@ -177,3 +177,25 @@ def test_append_each_takes_a_page_where_one_is_full_and_changes_nothing_when_sho
         kv.release(seg)
     kv.check_integrity()
     assert pool.num_used == 0
+
+
+@pytest.mark.parametrize("keep", [0, 1, 3, 4, 5, 9])
+def test_truncate_keeps_the_first_tokens_and_frees_only_pages_they_leave(keep: int) -> None:
+    pool = KVPool(1, 8, PAGE, 1, 8, dtype=torch.float32, device="cpu")
+    kv = KVTree(pool)
+    root = kv.insert(None, [1, 2, 3])
+    seg = kv.open_child(root)
+    for token in range(10):  # three pages: 4 + 4 + 2 tokens
+        kv.append_each([seg], [100 + token])
+    seg.written = 10
+    slots = list(seg.slots)
+    kv.truncate(seg, keep)
+    assert seg.tokens == [100 + t for t in range(keep)] and seg.slots == slots[:keep] and seg.written == keep
+    assert pool.num_used == 1 + -(-keep // PAGE)
+    kv.check_integrity()
+    kv.append_each([seg], [7])  # the next token takes the slot after the last kept one
+    assert seg.slots[-1] == (slots[keep] if keep % PAGE else seg.slots[-1]) and seg.slots[-1] % PAGE == keep % PAGE
+    for s in (seg, root):
+        kv.release(s)
+    kv.check_integrity()
+    assert pool.num_used == 0

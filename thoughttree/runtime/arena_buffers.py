@@ -60,6 +60,16 @@ class Capacity:
             and all(a >= b for a, b in zip(self.items, other.items))
         )
 
+    def union(self, other: Capacity) -> Capacity:
+        """The smallest capacity that holds both."""
+        return Capacity(
+            max(self.rows, other.rows),
+            max(self.slots, other.slots),
+            tuple(max(a, b) for a, b in zip(self.items, other.items)),
+            max(self.partials, other.partials),
+            max(self.tail_pieces, other.tail_pieces),
+        )
+
     def grown(self, other: Capacity | None, min_rows: int = 1) -> Capacity:
         """Capacities for the need ``self`` over the arena ``other`` had (None: the first arena).
 

@@ -146,6 +146,20 @@ class KVTree:
             slots.append(slots[-1] + 1 if len(slots) % ps else next(pages) * ps)
             seg.tokens.append(token)
 
+    def truncate(self, seg: Segment, length: int) -> None:
+        """Drop the tokens of unsealed, childless ``seg`` after its first ``length`` (draft tokens
+        verification did not keep), releasing the pages only they used."""
+        assert not seg.sealed and not seg.children, "only a decoding segment's own tip is cut back"
+        if length >= len(seg.tokens):
+            return
+        ps = self.pool.page_size
+        kept = seg.slots[length - 1] // ps if length else -1
+        for page in _pages(seg.slots[length:], ps):
+            if page != kept:
+                self.pool.release(page)
+        del seg.tokens[length:], seg.slots[length:]
+        seg.written = min(seg.written, length)
+
     def _split(self, seg: Segment, k: int) -> Segment:
         """Cut ``seg`` after its first k tokens; returns the new upper segment (seg keeps the rest and its id)."""
         ps = self.pool.page_size

@@ -9,7 +9,8 @@ starts from a prior. Each step, draft nodes are taken best first, across all bra
 they raise the expected tokens per second: a node of acceptance ``p`` is worth its row when
 ``p * time > per_row * tokens``, with ``tokens`` and ``time`` the step's expected totals so far.
 So when drafts are rarely kept or rows are dear, branches stop drafting and a step costs what a
-plain one does.
+plain one does. On the decode buffers a step verifies chains in whole levels, a row per branch
+each (:meth:`levels`): there the number of levels is chosen the same way, a level at a time.
 """
 
 from __future__ import annotations
@@ -129,3 +130,26 @@ class CostModel:
             if nodes[best]:
                 take[best] = 1
         return take
+
+    def levels(self, width: int, chains: Sequence[Sequence[tuple[float, int]]], adaptive: bool) -> int:
+        """How many draft levels a step on the decode buffers verifies: there every branch of a
+        batch of ``width`` has a row at each level the step runs, so a level costs ``width`` rows
+        and every chain drafts as deep as it can up to it.
+
+        ``chains[b]``: (draft score, depth) of branch b's chain nodes, shallowest first.
+        """
+        deepest = max((len(c) for c in chains), default=0)
+        if not adaptive or not deepest:
+            return deepest
+        fixed, per_row = self.line()
+        tokens, time = float(width), fixed + per_row * width
+        best, best_rate = 0, tokens / time
+        time += self._draft_time
+        for level in range(1, deepest + 1):
+            tokens += sum(self.acceptance(*c[level - 1]) for c in chains if len(c) >= level)
+            time += per_row * width
+            if tokens / time > best_rate:
+                best, best_rate = level, tokens / time
+        if not best and self._steps % self.explore_every == 0:
+            best = 1  # now and then one level anyway, so estimates that fell too low can recover
+        return best

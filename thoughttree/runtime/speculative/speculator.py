@@ -17,12 +17,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
+import numpy as np
 import torch
 
 from ...config import Speculative
 from ..kv_pool import KVPoolExhausted
 from ..kv_tree import Segment
 from ..sampler import sample_packed
+from ..verify_batch import VerifyBatch
 from .cost import CostModel
 from .drafter import Branch, Drafter, DraftTree
 from .lookup import TreeLookup
@@ -43,6 +45,8 @@ class Speculator:
         self.load_draft: Callable[[str], Drafter] | None = None
         self._drafters: dict[object, Drafter] = {}
         self.costs: dict[Speculative, CostModel] = {}
+        self._batch: VerifyBatch | None = None  # the decode call's verification steps on fixed buffers
+        self._depth = 0  # the longest draft of the decode call
 
     def options(self, requests: Sequence[DecodeRequest]) -> list[Speculative | None] | None:
         """Each request's speculation option (None: plain); None when no request speculates."""
@@ -80,6 +84,8 @@ class Speculator:
                 groups.setdefault(s, []).append(i)
         drafters = {s: self.drafter(s) for s in groups}
         begun: list[Drafter] = []
+        self._batch = None
+        self._depth = max(min(s.max_depth, s.max_nodes) for s in groups)
         try:
             for s, members in groups.items():
                 if all(drafters[s] is not d for d in begun):
@@ -94,6 +100,7 @@ class Speculator:
                     self.engine._decode_fast(requests, outs, still, ends)
                     still = []
         finally:
+            self._batch = None
             for d in begun:
                 d.end()
 
@@ -119,24 +126,33 @@ class Speculator:
         for spec in list(by_spec):
             if spec.adaptive and not self.costs.setdefault(spec, CostModel()).worth_drafting(len(still)):
                 del by_spec[spec]  # its branches decode plainly this step, the drafter not even asked
+        candidates: dict[int, tuple[Speculative, DraftTree, list[int]]] = {}
         for spec, members in by_spec.items():
             t0 = time.perf_counter()
             branches = [_branch(i, requests, outs) for i in members]
             proposed = drafters[spec].propose(branches, spec.max_nodes, spec.max_depth)
-            orders = []
             for i, d in zip(members, proposed):
                 cap = min(spec.max_depth, ends.limit[i] - len(outs[i].tokens) - 1)
                 depth = d.depths()
-                orders.append([k for k in order(d, spec.shape, spec.top_k) if depth[k] <= cap][: spec.max_nodes])
-            cost = self.costs.setdefault(spec, CostModel())
-            cost.record_draft(time.perf_counter() - t0)
-            stats.draft_seconds += time.perf_counter() - t0
+                fits = [k for k in order(d, spec.shape, spec.top_k) if depth[k] <= cap]
+                candidates[i] = (spec, d, fits[: spec.max_nodes])
+            seconds = time.perf_counter() - t0
+            self.costs.setdefault(spec, CostModel()).record_draft(seconds)
+            stats.draft_seconds += seconds
+        if self._on_fixed_buffers(still, outs, candidates):
+            return self._fixed_step(requests, outs, ends, specs, drafters, still, by_spec, candidates)
+        for spec, members in by_spec.items():
+            proposed = [candidates[i][1] for i in members]
+            orders = [candidates[i][2] for i in members]
+            cost = self.costs[spec]
             levels = [d.depths() for d in proposed]
             nodes = [[(d.scores[k], dep[k]) for k in o] for d, o, dep in zip(proposed, orders, levels)]
             budgets = cost.budgets(len(still), nodes, spec.adaptive)
             for i, d, o, b in zip(members, proposed, orders, budgets):
                 if b:
                     drafts[i] = d.subset(o[:b])
+        if self._batch is not None:
+            self._batch.reload()  # this general step loads its own work into the decode buffers
         made: list[Segment] = []
         try:
             targets: list[tuple[Segment, int]] = []
@@ -180,6 +196,103 @@ class Speculator:
             engine.after_step()
         stats.speculative_steps += 1
         return nxt, bool(by_spec)
+
+    def _on_fixed_buffers(
+        self, still: list[int], outs: list[Decoded], candidates: dict[int, tuple[Speculative, DraftTree, list[int]]]
+    ) -> bool:
+        """Whether this step verifies on the decode buffers: every branch past its first token
+        and every draft a chain (a tree of drafts needs a general step's plan)."""
+        if not self.engine.fast_decode or any(not outs[i].tokens for i in still):
+            return False
+        for _, d, o in candidates.values():
+            if any(d.parents[k] != (o[n - 1] if n else -1) for n, k in enumerate(o)):
+                return False
+        return True
+
+    def _fixed_step(
+        self,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        ends: Ends,
+        specs: Sequence[Speculative | None],
+        drafters: dict[Speculative, Drafter],
+        still: list[int],
+        by_spec: dict[Speculative, list[int]],
+        candidates: dict[int, tuple[Speculative, DraftTree, list[int]]],
+    ) -> tuple[list[int], bool]:
+        """A verification step of chain drafts on the decode buffers (:class:`VerifyBatch`)."""
+        engine = self.engine
+        batch = self._batch
+        if batch is None or not batch.keeps(still):
+            batch = self._batch = VerifyBatch(
+                engine, still, [requests[i] for i in still], [outs[i].segment for i in still], self._depth
+            )
+        width = len(batch.tails)  # rows per level, finished branches' padding rows included
+        drafts: dict[int, DraftTree] = {}
+        for spec, members in by_spec.items():
+            chains = [candidates[i][1].subset(candidates[i][2]) for i in members]
+            levels = self.costs[spec].levels(width, [list(zip(c.scores, c.depths())) for c in chains], spec.adaptive)
+            for i, c in zip(members, chains):
+                if levels and len(c):
+                    drafts[i] = c.subset(range(min(levels, len(c))))
+        t0 = time.perf_counter()
+        draws = batch.verify(still, {i: d.tokens for i, d in drafts.items()})
+        rows = width * max(len(d) for d in draws.values())
+        for spec in {s for s in specs if s is not None}:
+            self.costs.setdefault(spec, CostModel()).record_step(rows, time.perf_counter() - t0)
+        nxt = [i for i in still if self._emit_chain(i, requests, outs, ends, drafts.get(i), draws[i], specs, drafters)]
+        for spec in by_spec:
+            self.costs[spec].end_step()
+        if engine.after_step is not None:
+            engine.after_step()
+        engine.stats.speculative_steps += 1
+        return nxt, bool(by_spec)
+
+    def _emit_chain(
+        self,
+        i: int,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        ends: Ends,
+        draft: DraftTree | None,
+        draws: np.ndarray,
+        specs: Sequence[Speculative | None],
+        drafters: dict[Speculative, Drafter],
+    ) -> bool:
+        """Append what request ``i`` keeps of its verified chain (``draws`` [j + 1, 2]: the draw
+        after its newest token and after each of the j draft tokens its segment holds, then a
+        placeholder); returns whether it goes on."""
+        engine = self.engine
+        out = outs[i]
+        seg = out.segment
+        verified = len(draws) - 1
+        tokens = draft.tokens if draft is not None else []
+        kept = 0
+        while kept < verified and int(draws[kept, 0]) == tokens[kept]:
+            kept += 1
+        base = len(out.tokens)
+        seg.tokens[base + kept] = int(draws[kept, 0])  # the emitted token takes the first draft slot not kept
+        engine.kv.truncate(seg, base + kept + 1)
+        seg.written = base + kept  # the emitted token's KV comes with the next step
+        going = True
+        for e in range(kept + 1):
+            out.tokens.append(int(draws[e, 0]))
+            out.logprobs.append(float(draws[e, 1]))
+            engine.stats.generated_tokens += 1
+            if not engine._still_active([i], outs, ends):
+                engine.kv.truncate(seg, base + e + 1)
+                going = False
+                break
+        engine.stats.draft_tokens += verified
+        engine.stats.accepted_tokens += kept
+        spec = specs[i]
+        if spec is not None:
+            if draft is not None and verified:
+                self.costs[spec].record_acceptance(
+                    draft.scores[:verified], draft.depths()[:verified], [k < kept for k in range(verified)]
+                )
+            drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
+        return going
 
     def _emit(
         self,

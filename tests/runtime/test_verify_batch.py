@@ -1,0 +1,174 @@
+"""Verification of chain drafts on the decode buffers (:class:`VerifyBatch`) keeps plain decoding's
+tokens, frees what it does not keep and plans once per level count, not once per step.
+
+On the CPU the fixed buffers run their Triton kernels in the interpreter (float16, one layer):
+each case decodes a few short branches. A scripted drafter proposes each branch's true
+continuation (from a plain run), made wrong from a depth that changes every call, so runs of
+every length are kept, finishes fall inside them and some drafts are wrong from their first
+token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import pytest
+import torch
+
+from tiny_models import make_model, prefill_on_pytorch
+from thoughttree import LM, RuntimeConfig, Sampling, Speculative, ThoughtTree
+from thoughttree.runtime.engine import DecodeRequest
+from thoughttree.runtime.speculative import Branch, CostModel, DraftTree
+
+CUDA = torch.cuda.is_available()
+PROMPT = list(range(3, 16))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model(tmp_path_factory.mktemp("verify"), "llama", num_hidden_layers=1)
+
+
+def _lm(path, *, fast: bool = True, num_pages: int = 1024) -> LM:
+    rc = RuntimeConfig(page_size=4, num_pages=num_pages, attention="deft")
+    lm = LM.from_pretrained(path, device="cuda" if CUDA else "cpu", dtype="bfloat16" if CUDA else "float16", runtime=rc)
+    lm.model.fused = fast
+    lm.engine.after_step = lambda: lm.kv.check_integrity()  # no draft KV left behind, none freed that is read
+    return lm
+
+
+class Scripted:
+    """Proposes each branch's true next tokens, wrong from a depth that cycles with every call;
+    ``fork`` adds a second child under the first node now and then (a tree, not a chain)."""
+
+    def __init__(self, truth: Sequence[Sequence[int]], vocab: int, fork: bool = False) -> None:
+        self.truth, self.vocab, self.fork, self.calls = truth, vocab, fork, 0
+
+    def begin(self, kv, branches: Sequence[Branch]) -> None:
+        pass
+
+    def propose(self, branches: Sequence[Branch], max_nodes: int, max_depth: int) -> list[DraftTree]:
+        out = []
+        for b in branches:
+            n = len(b.generated)
+            true = list(self.truth[b.key][n : n + max_depth])
+            wrong_from = self.calls % (max_depth + 2)
+            self.calls += 1
+            d = DraftTree()
+            for k, t in enumerate(true):
+                d.add(k - 1, t if k < wrong_from else (t + 1) % self.vocab, 0.9 - 0.01 * k)
+            if self.fork and true and self.calls % 3 == 0:
+                d.add(0, (true[1] + 2) % self.vocab if len(true) > 1 else 1, 0.5)
+            out.append(d)
+        return out
+
+    def accepted(self, branch: Branch, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def _decode(lm: LM, samplings: Sequence[Sampling]) -> list[tuple]:
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    prefill_on_pytorch(lm, tree, [tree.root])
+    outs = lm.engine.decode([DecodeRequest(tree.root.kv, s, 11 * k) for k, s in enumerate(samplings)])
+    got = [(o.tokens, o.finish_reason) for o in outs]
+    logprobs = [o.logprobs for o in outs]
+    for o in outs:
+        lm.kv.release(o.segment)
+    lm.check_integrity(tree)
+    tree.release_kv()
+    return got, logprobs
+
+
+def _speculating(
+    samplings: Sequence[Sampling], drafter, depth: int = 4, nodes: int | None = None, shape: str = "chain"
+) -> list[Sampling]:
+    spec = Speculative(drafter=drafter, shape=shape, adaptive=False, max_depth=depth, max_nodes=nodes or depth)
+    return [dataclasses.replace(s, speculative=spec) for s in samplings]
+
+
+def test_chain_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir) -> None:
+    lm = _lm(model_dir)
+    vocab = lm.model.cfg.vocab_size
+    plain = [
+        Sampling(max_tokens=12, temperature=0.0, ignore_eos=True),
+        Sampling(max_tokens=7, temperature=1.0, top_k=20, ignore_eos=True),  # drawn after a filter, on the host
+        Sampling(max_tokens=12, temperature=1.0, ignore_eos=True),
+    ]
+    want, want_lp = _decode(lm, plain)
+    truth = [tokens for tokens, _ in want]
+    # Finishes inside kept drafts: a stop token (greedy row) and EOS (a sampled row) mid-run.
+    ends = [
+        Sampling(max_tokens=12, temperature=0.0, ignore_eos=True, stop_token_ids=(truth[0][5],)),
+        plain[1],
+        Sampling(max_tokens=12, temperature=1.0),
+    ]
+    eos = lm.engine.eos
+    lm.engine.eos = {truth[2][4]}
+    try:
+        want_ends, _ = _decode(lm, ends)
+        got_ends, _ = _decode(lm, _speculating(ends, Scripted(truth, vocab)))
+    finally:
+        lm.engine.eos = eos
+    assert got_ends == want_ends and [r for _, r in got_ends] == ["stop", "length", "eos"]
+    before = (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens, lm.stats.plan_builds)
+    got, got_lp = _decode(lm, _speculating(plain, Scripted(truth, vocab), depth=2))
+    assert got == want
+    for a, b in zip(got_lp, want_lp):
+        assert a == pytest.approx(b, abs=2e-2)
+    fast, spec, accepted, plans = (
+        a - b
+        for a, b in zip(
+            (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens, lm.stats.plan_builds), before
+        )
+    )
+    # Every step after the first verifies on the fixed buffers; drafts were kept; the tree was
+    # planned for the first step and at most once per level count (0-2) after it, not per step.
+    assert fast == spec - 1 and accepted > 0 and fast > 0
+    assert plans <= 1 + 3 < spec
+
+
+def test_tree_drafts_take_general_steps_between_fixed_ones(model_dir) -> None:
+    lm = _lm(model_dir)
+    plain = [Sampling(max_tokens=8, temperature=1.0, ignore_eos=True)] * 2
+    want, _ = _decode(lm, plain)
+    before = (lm.stats.fast_steps, lm.stats.speculative_steps)
+    got, _ = _decode(
+        lm,
+        _speculating(
+            plain, Scripted([t for t, _ in want], lm.model.cfg.vocab_size, fork=True), depth=2, nodes=4, shape="dynamic"
+        ),
+    )
+    assert got == want
+    fast, spec = lm.stats.fast_steps - before[0], lm.stats.speculative_steps - before[1]
+    assert 0 < fast < spec - 1  # some steps verified a tree on a general forward
+
+
+def test_drafts_without_room_in_the_pool_are_dropped(model_dir) -> None:
+    # Pages of 4 tokens: the prompt takes 4; two branches of 8 tokens need 2 each, 3 with a placeholder
+    # page; drafts of up to 4 more need more than the pool has left at some steps.
+    lm = _lm(model_dir, num_pages=10)
+    plain = [Sampling(max_tokens=8, temperature=0.0, ignore_eos=True)] * 2
+    want, _ = _decode(lm, plain)
+    got, _ = _decode(lm, _speculating(plain, Scripted([t for t, _ in want], lm.model.cfg.vocab_size)))
+    assert got == want
+
+
+def test_levels_follow_acceptance_and_row_cost() -> None:
+    cost = CostModel(explore_every=10**9)
+    for rows, seconds in ((8, 0.010), (16, 0.011), (32, 0.013), (64, 0.017)):
+        cost.record_step(rows, seconds)  # 1/8 ms a row over a 9 ms step: rows are cheap
+    sure = [[(0.95, d) for d in range(1, 5)]] * 8
+    for _ in range(50):
+        cost.record_acceptance([0.95] * 4, [1, 2, 3, 4], [True] * 4)
+    assert cost.levels(8, sure, adaptive=True) == 4
+    never = CostModel(explore_every=10**9)
+    for rows, seconds in ((8, 0.010), (64, 0.060)):  # rows are dear
+        never.record_step(rows, seconds)
+    for _ in range(50):
+        never.record_acceptance([0.95] * 4, [1, 2, 3, 4], [False] * 4)
+    assert never.levels(8, sure, adaptive=True) == 0
+    assert never.levels(8, sure, adaptive=False) == 4 and never.levels(8, [[]], adaptive=True) == 0

@@ -1,0 +1,200 @@
+"""Verification steps of speculating branches on the decode buffers: chain drafts, planned once.
+
+A batch of B branches has ``depth + 1`` query rows per branch, level-major (row = level * B +
+branch): level 0 forwards the branch's newest token, level k its k-th draft token. The drafts
+are appended to each branch's own segment before the step, so all rows of a branch read one
+tail window (the segment's slots), each up to itself, and each row writes its KV where the
+token's KV stays if it is kept: nothing is copied after verification, and the tokens it does
+not keep are cut off again (:meth:`KVTree.truncate`). A step runs only the levels its longest
+draft needs; the work of each level count is planned the first time a step needs it and loaded
+with one copy (its windows refreshed to the segments' slots), so a run of steps plans the tree
+at most ``depth + 1`` times. Each row's token is drawn on the device with its request's seed and
+the position the drawn token takes, as a plain decode step draws it. A finished branch stays as
+padding rows until half the batch has finished, as in :class:`decode_batch.DecodeBatch`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..kernels import plan_tree_attention
+from ..kernels.plan.decode_work import DecodeWork, decode_work
+from .arena_buffers import Capacity, StepInputs
+from .kv_pool import KVPoolExhausted
+from .kv_tree import Segment
+from .sampler import sample_packed
+
+if TYPE_CHECKING:
+    from .decode_requests import DecodeRequest
+    from .engine import Engine
+
+PLACEHOLDER = -1  # the slot of the token a step emits after the drafts it keeps, its value not drawn yet
+
+
+class VerifyBatch:
+    """Fixed-buffer verification steps for ``requests`` (the engine's request numbers ``ids``)
+    whose generated segments ``tails`` hold at least one token each, with drafts of at most
+    ``depth`` tokens per branch."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        ids: Sequence[int],
+        requests: Sequence[DecodeRequest],
+        tails: Sequence[Segment],
+        depth: int,
+    ) -> None:
+        if any(not t.tokens for t in tails):
+            raise ValueError("verification on the decode buffers starts after each branch's first token")
+        self.engine, self.ids, self.requests, self.tails = engine, list(ids), list(requests), list(tails)
+        self.depth = depth
+        self.row_of = {i: b for b, i in enumerate(self.ids)}
+        order: list[Segment] = []
+        index: dict[int, int] = {}
+        for r in self.requests:
+            for s in r.parent.path():
+                if s.id not in index:
+                    index[s.id] = len(order)
+                    order.append(s)
+        self._segments = order
+        self._parents = [index[s.parent.id] if s.parent is not None else -1 for s in order]
+        self._nodes = [index[r.parent.id] for r in self.requests]
+        # A step's drafts stop short of a branch's length limit, so that its placeholder fits too.
+        self.tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
+        self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in (r.sampling for r in self.requests))
+        self._works: dict[int, DecodeWork] = {}
+        self._loaded: int | None = None
+        deepest = self._work(depth)  # its capacity holds every smaller level count's work
+        rows = (depth + 1) * len(self.ids)
+        self._deepest = Capacity.needed(deepest, rows, len(deepest.host.shapes))
+
+    def _work(self, levels: int) -> DecodeWork:
+        """The work of a step whose drafts have at most ``levels`` tokens (planned once)."""
+        if levels not in self._works:
+            b = len(self.ids)
+            engine = self.engine
+            plan = plan_tree_attention(
+                self._parents,
+                [s.slot_array for s in self._segments],
+                self._nodes * (levels + 1),
+                page_size=engine.kv.pool.page_size,
+                device=engine.model.device,
+            )
+            m = engine.model
+            self._works[levels] = decode_work(
+                plan,
+                [t.slot_array for t in self.tails],
+                self.tail_cap,
+                m.num_heads,
+                m.num_kv_heads,
+                m.cfg.head_dim,
+                engine.decode_work_config,
+                share=engine.attention == "deft",
+                windows=list(range(b)) * (levels + 1),
+            )
+            engine.stats.plan_builds += 1
+        return self._works[levels]
+
+    def _load(self, levels: int) -> None:
+        """Load the work of ``levels`` into the arena, its windows holding the tails' slots now."""
+        engine = self.engine
+        work = self._works[levels] if levels in self._works else self._work(levels)
+        slots = work.host.slots
+        for b, t in enumerate(self.tails):
+            base = int(work.tail_base[b])
+            slots[base : base + len(t.slots)] = t.slots
+        rows = (levels + 1) * len(self.ids)
+        need = Capacity.needed(work, rows, len(work.host.shapes)).union(self._deepest)
+        self.arena = engine.arena_for(need, work.host.shapes)
+        self.arena.load(work, rows)
+        reqs = self.requests * (levels + 1)
+        self.arena.temperature[:rows] = torch.tensor([q.sampling.temperature for q in reqs], dtype=torch.float32)
+        self.arena.seeds[:rows] = torch.tensor([q.seed & ((1 << 63) - 1) for q in reqs], dtype=torch.int64)
+        engine.stats.note_graphs(self.arena)
+        self._loaded = levels
+
+    def reload(self) -> None:
+        """Load the work again before the next step (a general forward used the arena since)."""
+        self._loaded = None
+
+    def keeps(self, ids: Sequence[int]) -> bool:
+        """Whether a step of requests ``ids`` goes on with this batch (more than half of it live)."""
+        return 2 * len(ids) > len(self.tails) and all(i in self.row_of for i in ids)
+
+    def verify(self, ids: Sequence[int], drafts: Mapping[int, Sequence[int]]) -> dict[int, np.ndarray]:
+        """Forward the newest token of each request in ``ids`` and its draft tokens ``drafts[i]``
+        (none where absent) and draw the token after each; returns per request its draws [j + 1, 2]
+        (token, log-probability) after its newest token and after each of its j draft tokens.
+
+        On return each request's segment holds its newest token, its drafts (their KV written)
+        and a placeholder for the token the step emits; a draft the pool has no room for is
+        dropped (that branch verifies nothing this step).
+        """
+        engine, kv = self.engine, self.engine.kv
+        b_all = len(self.tails)
+        segs = {i: self.tails[self.row_of[i]] for i in ids}
+        start = {i: len(segs[i].tokens) for i in ids}
+        kept: dict[int, list[int]] = {}
+        for i in ids:
+            try:
+                for token in drafts.get(i, ()):
+                    kv.append_each([segs[i]], [token])
+                kept[i] = list(drafts.get(i, ()))
+            except KVPoolExhausted:
+                kv.truncate(segs[i], start[i])
+                kept[i] = []
+        try:  # the emitted token's slot, which plain decoding needs too
+            kv.append_each([segs[i] for i in ids], [PLACEHOLDER] * len(ids))
+        except KVPoolExhausted:  # the drafts took the room: without them, as plain decoding
+            for i in ids:
+                kv.truncate(segs[i], start[i])
+                kept[i] = []
+            kv.append_each([segs[i] for i in ids], [PLACEHOLDER] * len(ids))
+        levels = max((len(d) for d in kept.values()), default=0)
+        if levels > self.depth:
+            raise ValueError(f"a draft of {levels} tokens exceeds the batch's depth {self.depth}")
+        if self._loaded != levels:
+            self._load(levels)
+        rows = (levels + 1) * b_all
+        inputs = StepInputs.empty(rows)
+        tokens, positions, slots, tail_lens = inputs.tokens, inputs.positions, inputs.slots, inputs.tail_lens
+        tokens[:] = positions[:] = tail_lens[:] = 0  # padding rows: token 0, no tail, the scratch slot
+        slots[:] = kv.pool.scratch_slot
+        for i in ids:
+            b, n, j = self.row_of[i], start[i], len(kept[i])
+            seg = self.tails[b]
+            at = slice(b, b + (j + 1) * b_all, b_all)
+            tokens[at] = seg.tokens[n - 1 : n + j]
+            positions[at] = np.arange(seg.start + n - 1, seg.start + n + j)
+            slots[at] = seg.slots[n - 1 : n + j]
+            tail_lens[at] = np.arange(n, n + j + 1)
+        held = self.arena.num_graphs
+        logits = self.arena.step(inputs)
+        stats = engine.stats
+        stats.forward_steps += 1
+        stats.fast_steps += 1
+        stats.graph_replays += int(self.arena.replayed)
+        stats.note_graphs(self.arena, held)
+        grown = sum(start[i] + len(kept[i]) for i in ids)
+        stats.attended_tokens += sum(r.parent.end for r in self.requests) + grown
+        stats.unique_tokens += sum(len(s.tokens) for s in self._segments) + grown
+        if self.filtered:
+            reqs = self.requests * (levels + 1)
+            packed = sample_packed(
+                logits[:rows].float(),
+                [q.sampling for q in reqs],
+                [q.seed for q in reqs],
+                tail_lens.tolist(),
+                fused=True,
+            )
+            self.arena.sampled[:rows] = packed
+        host = self.arena.collect(self.arena.publish())[:rows].reshape(levels + 1, b_all, 2)
+        out = {}
+        for i in ids:
+            b, n, j = self.row_of[i], start[i], len(kept[i])
+            self.tails[b].written = n + j  # the newest token and every draft token have KV now
+            out[i] = host[: j + 1, b].copy()
+        return out
