@@ -185,8 +185,11 @@ def test_truncate_keeps_the_first_tokens_and_frees_only_pages_they_leave(keep: i
     kv = KVTree(pool)
     root = kv.insert(None, [1, 2, 3])
     seg = kv.open_child(root)
-    for token in range(10):  # three pages: 4 + 4 + 2 tokens
-        kv.append_each([seg], [100 + token])
+    kv.append_each([seg], [100])
+    kv.extend(seg, [101, 102, 103, 104, 105])  # fills the first page, then takes a second
+    kv.extend(seg, [])
+    kv.extend(seg, [106, 107, 108, 109])  # three pages: 4 + 4 + 2 tokens
+    assert all(b == a + 1 for a, b in zip(seg.slots, seg.slots[1:]) if b % PAGE)
     seg.written = 10
     slots = list(seg.slots)
     kv.truncate(seg, keep)
@@ -194,6 +197,9 @@ def test_truncate_keeps_the_first_tokens_and_frees_only_pages_they_leave(keep: i
     assert pool.num_used == 1 + -(-keep // PAGE)
     kv.check_integrity()
     kv.append_each([seg], [7])  # the next token takes the slot after the last kept one
+    with pytest.raises(KVPoolExhausted):
+        kv.extend(seg, list(range(PAGE * 8)))
+    assert len(seg.tokens) == len(seg.slots) == keep + 1
     assert seg.slots[-1] == (slots[keep] if keep % PAGE else seg.slots[-1]) and seg.slots[-1] % PAGE == keep % PAGE
     for s in (seg, root):
         kv.release(s)

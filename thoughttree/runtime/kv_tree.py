@@ -146,6 +146,21 @@ class KVTree:
             slots.append(slots[-1] + 1 if len(slots) % ps else next(pages) * ps)
             seg.tokens.append(token)
 
+    def extend(self, seg: Segment, tokens: Sequence[int]) -> None:
+        """Add ``tokens`` to unsealed ``seg`` (its last page first, then new ones). Raises
+        KVPoolExhausted, changing nothing, when the pool has too few free pages."""
+        assert not seg.sealed, "only decoding segments grow"
+        ps, slots = self.pool.page_size, seg.slots
+        have, add = len(slots), len(tokens)
+        room = -have % ps
+        pages = self.pool.alloc(-(-(add - room) // ps) if add > room else 0)
+        if room:
+            slots.extend(range(slots[-1] + 1, slots[-1] + 1 + min(room, add)))
+        for page in pages:
+            slots.extend(range(page * ps, page * ps + ps))
+        del slots[have + add :]
+        seg.tokens.extend(tokens)
+
     def truncate(self, seg: Segment, length: int) -> None:
         """Drop the tokens of unsealed, childless ``seg`` after its first ``length`` (draft tokens
         verification did not keep), releasing the pages only they used."""
@@ -164,8 +179,16 @@ class KVTree:
         """Cut ``seg`` after its first k tokens; returns the new upper segment (seg keeps the rest and its id)."""
         ps = self.pool.page_size
         upper = Segment(
-            self._next_id, seg.parent, seg.tokens[:k], seg.slots[:k], seg.start,
-            refs=1, sealed=True, written=min(seg.written, k), generated=seg.generated, children=[seg],
+            self._next_id,
+            seg.parent,
+            seg.tokens[:k],
+            seg.slots[:k],
+            seg.start,
+            refs=1,
+            sealed=True,
+            written=min(seg.written, k),
+            generated=seg.generated,
+            children=[seg],
         )
         self._next_id += 1
         self.segments[upper.id] = upper

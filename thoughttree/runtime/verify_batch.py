@@ -60,6 +60,8 @@ class VerifyBatch:
                     index[s.id] = len(order)
                     order.append(s)
         self._segments = order
+        self._shared_tokens = sum(len(s.tokens) for s in order)
+        self._parent_tokens = sum(r.parent.end for r in self.requests)
         self._parents = [index[s.parent.id] if s.parent is not None else -1 for s in order]
         self._nodes = [index[r.parent.id] for r in self.requests]
         # A step's drafts stop short of a branch's length limit, so that its placeholder fits too.
@@ -135,42 +137,46 @@ class VerifyBatch:
         """
         engine, kv = self.engine, self.engine.kv
         b_all = len(self.tails)
-        segs = {i: self.tails[self.row_of[i]] for i in ids}
-        start = {i: len(segs[i].tokens) for i in ids}
-        kept: dict[int, list[int]] = {}
-        for i in ids:
-            try:
-                for token in drafts.get(i, ()):
-                    kv.append_each([segs[i]], [token])
-                kept[i] = list(drafts.get(i, ()))
-            except KVPoolExhausted:
-                kv.truncate(segs[i], start[i])
-                kept[i] = []
-        try:  # the emitted token's slot, which plain decoding needs too
-            kv.append_each([segs[i] for i in ids], [PLACEHOLDER] * len(ids))
-        except KVPoolExhausted:  # the drafts took the room: without them, as plain decoding
-            for i in ids:
-                kv.truncate(segs[i], start[i])
-                kept[i] = []
-            kv.append_each([segs[i] for i in ids], [PLACEHOLDER] * len(ids))
-        levels = max((len(d) for d in kept.values()), default=0)
+        segs = [self.tails[self.row_of[i]] for i in ids]
+        start = [len(seg.tokens) for seg in segs]
+        kept: list[Sequence[int]] = []
+        try:
+            for seg, i in zip(segs, ids):
+                draft = drafts.get(i, ())
+                try:  # the drafts and the emitted token's slot, which plain decoding needs too
+                    kv.extend(seg, [*draft, PLACEHOLDER])
+                    kept.append(draft)
+                except KVPoolExhausted:  # no room for this branch's drafts: it verifies none
+                    kv.extend(seg, [PLACEHOLDER])
+                    kept.append(())
+        except KVPoolExhausted:  # other branches' drafts took the room: none drafts, as plain decoding
+            for seg, n in zip(segs, start):
+                kv.truncate(seg, n)
+            kv.append_each(segs, [PLACEHOLDER] * len(segs))
+            kept = [()] * len(segs)
+        levels = max(map(len, kept), default=0)
         if levels > self.depth:
             raise ValueError(f"a draft of {levels} tokens exceeds the batch's depth {self.depth}")
         if self._loaded != levels:
             self._load(levels)
         rows = (levels + 1) * b_all
+        at: list[int] = []
+        token_list: list[int] = []
+        slot_list: list[int] = []
+        position_list: list[int] = []
+        length_list: list[int] = []
+        for i, seg, n, draft in zip(ids, segs, start, kept):
+            b, j = self.row_of[i], len(draft)
+            at += range(b, b + (j + 1) * b_all, b_all)
+            token_list += seg.tokens[n - 1 : n + j]
+            slot_list += seg.slots[n - 1 : n + j]
+            position_list += range(seg.start + n - 1, seg.start + n + j)
+            length_list += range(n, n + j + 1)
         inputs = StepInputs.empty(rows)
         tokens, positions, slots, tail_lens = inputs.tokens, inputs.positions, inputs.slots, inputs.tail_lens
-        tokens[:] = positions[:] = tail_lens[:] = 0  # padding rows: token 0, no tail, the scratch slot
+        inputs.array[:] = 0  # padding rows: token 0 at position 0, no tail, the scratch slot
         slots[:] = kv.pool.scratch_slot
-        for i in ids:
-            b, n, j = self.row_of[i], start[i], len(kept[i])
-            seg = self.tails[b]
-            at = slice(b, b + (j + 1) * b_all, b_all)
-            tokens[at] = seg.tokens[n - 1 : n + j]
-            positions[at] = np.arange(seg.start + n - 1, seg.start + n + j)
-            slots[at] = seg.slots[n - 1 : n + j]
-            tail_lens[at] = np.arange(n, n + j + 1)
+        tokens[at], positions[at], slots[at], tail_lens[at] = token_list, position_list, slot_list, length_list
         held = self.arena.num_graphs
         logits = self.arena.step(inputs)
         stats = engine.stats
@@ -178,9 +184,9 @@ class VerifyBatch:
         stats.fast_steps += 1
         stats.graph_replays += int(self.arena.replayed)
         stats.note_graphs(self.arena, held)
-        grown = sum(start[i] + len(kept[i]) for i in ids)
-        stats.attended_tokens += sum(r.parent.end for r in self.requests) + grown
-        stats.unique_tokens += sum(len(s.tokens) for s in self._segments) + grown
+        grown = len(at) + sum(start) - len(ids)
+        stats.attended_tokens += self._parent_tokens + grown
+        stats.unique_tokens += self._shared_tokens + grown
         if self.filtered:
             reqs = self.requests * (levels + 1)
             packed = sample_packed(
@@ -193,8 +199,7 @@ class VerifyBatch:
             self.arena.sampled[:rows] = packed
         host = self.arena.collect(self.arena.publish())[:rows].reshape(levels + 1, b_all, 2)
         out = {}
-        for i in ids:
-            b, n, j = self.row_of[i], start[i], len(kept[i])
-            self.tails[b].written = n + j  # the newest token and every draft token have KV now
-            out[i] = host[: j + 1, b].copy()
+        for i, seg, n, draft in zip(ids, segs, start, kept):
+            seg.written = n + len(draft)  # the newest token and every draft token have KV now
+            out[i] = host[: len(draft) + 1, self.row_of[i]].copy()
         return out
