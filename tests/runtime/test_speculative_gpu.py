@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thoughttree import LM, Sampling, Speculative, ThoughtTree
+from thoughttree import LM, RuntimeConfig, Sampling, Speculative, ThoughtTree
 from thoughttree.commands.model import bundled_model_path
 from thoughttree.runtime.speculative import DraftModel
+
+# A pool of its own size: a pool sized from free memory would take the GPU from the tests beside it.
+RUNTIME = RuntimeConfig(kv_memory_bytes=1 << 30)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,10 +23,12 @@ def test_speculation_on_the_gpu_keeps_the_tokens(drafter, shape):
     """bf16 logits move with the batch's shape by rounding, so a near-tie may flip a path: most
     children must match plain decoding whole, and every draft's KV must be freed each step.
     Chains verify on the decode buffers, replayed as CUDA graphs."""
-    lm = LM.from_pretrained(bundled_model_path(), device="cuda")
+    lm = LM.from_pretrained(bundled_model_path(), device="cuda", runtime=RUNTIME)
     lm.engine.after_step = lambda: lm.kv.check_integrity()
     spec = Speculative(
-        drafter=DraftModel(LM.from_pretrained(bundled_model_path(), device="cuda")) if drafter == "twin" else "lookup",
+        drafter=DraftModel(LM.from_pretrained(bundled_model_path(), device="cuda", runtime=RUNTIME))
+        if drafter == "twin"
+        else "lookup",
         shape=shape,
         adaptive=False,
     )
