@@ -131,6 +131,7 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
+    console.print(f"measured now: copy {copy / 1e12:.2f} TB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s")
     table = Table(title=f"verification step, {args.shape}, {args.prompt}-token prompt, {dev}")
     for col in ("branches", "draft/branch", "rows", "ms", "÷ plain step", "floor ms", "÷ floor"):
         table.add_column(col, justify="right")
