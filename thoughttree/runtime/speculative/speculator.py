@@ -228,15 +228,17 @@ class Speculator:
                 engine, still, [requests[i] for i in still], [outs[i].segment for i in still], self._depth
             )
         width = len(batch.tails)  # rows per level, finished branches' padding rows included
-        drafts: dict[int, DraftTree] = {}
+        drafts: dict[int, tuple[list[int], list[float]]] = {}  # each chain's tokens and scores
         for spec, members in by_spec.items():
-            chains = [candidates[i][1].subset(candidates[i][2]) for i in members]
-            levels = self.costs[spec].levels(width, [list(zip(c.scores, c.depths())) for c in chains], spec.adaptive)
-            for i, c in zip(members, chains):
-                if levels and len(c):
-                    drafts[i] = c.subset(range(min(levels, len(c))))
+            picked = [candidates[i][1:] for i in members]
+            chains = [([d.tokens[k] for k in o], [d.scores[k] for k in o]) for d, o in picked]
+            nodes = [list(zip(scores, range(1, len(scores) + 1))) for _, scores in chains]
+            levels = self.costs[spec].levels(width, nodes, spec.adaptive)
+            for i, (tokens, scores) in zip(members, chains):
+                if levels and tokens:
+                    drafts[i] = (tokens[:levels], scores[:levels])
         t0 = time.perf_counter()
-        draws = batch.verify(still, {i: d.tokens for i, d in drafts.items()})
+        draws = batch.verify(still, {i: tokens for i, (tokens, _) in drafts.items()})
         rows = width * max(len(d) for d in draws.values())
         for spec in {s for s in specs if s is not None}:
             self.costs.setdefault(spec, CostModel()).record_step(rows, time.perf_counter() - t0)
@@ -254,19 +256,19 @@ class Speculator:
         requests: Sequence[DecodeRequest],
         outs: list[Decoded],
         ends: Ends,
-        draft: DraftTree | None,
+        draft: tuple[list[int], list[float]] | None,
         draws: np.ndarray,
         specs: Sequence[Speculative | None],
         drafters: dict[Speculative, Drafter],
     ) -> bool:
-        """Append what request ``i`` keeps of its verified chain (``draws`` [j + 1, 2]: the draw
-        after its newest token and after each of the j draft tokens its segment holds, then a
-        placeholder); returns whether it goes on."""
+        """Append what request ``i`` keeps of its verified chain (``draft``: its tokens and
+        scores; ``draws`` [j + 1, 2]: the draw after its newest token and after each of the j
+        draft tokens its segment holds, then a placeholder); returns whether it goes on."""
         engine = self.engine
         out = outs[i]
         seg = out.segment
         verified = len(draws) - 1
-        tokens = draft.tokens if draft is not None else []
+        tokens, scores = draft if draft is not None else ([], [])
         kept = 0
         while kept < verified and int(draws[kept, 0]) == tokens[kept]:
             kept += 1
@@ -287,9 +289,9 @@ class Speculator:
         engine.stats.accepted_tokens += kept
         spec = specs[i]
         if spec is not None:
-            if draft is not None and verified:
+            if verified:
                 self.costs[spec].record_acceptance(
-                    draft.scores[:verified], draft.depths()[:verified], [k < kept for k in range(verified)]
+                    scores[:verified], range(1, verified + 1), [k < kept for k in range(verified)]
                 )
             drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
         return going
