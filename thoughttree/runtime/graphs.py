@@ -144,9 +144,11 @@ class DecodeArena:
 
     def step(self, inputs: StepInputs) -> torch.Tensor:
         """Run one step for ``inputs`` of R rows and draw each row's next token into
-        :attr:`sampled`; returns the logits [R_b, V] in the model's dtype."""
+        :attr:`sampled`; returns the logits [R', V] in the model's dtype (R' >= R: the row
+        bucket's rows when the step replays a graph)."""
         b = self._upload(inputs, np.zeros(0, dtype=np.int64), tail_pad=1)
-        return self._run(self.graphs, b, b, lambda: self._forward(b))
+        # A step run eagerly (past max_graph_rows, or a bucket whose capture failed) skips the padding rows.
+        return self._run(self.graphs, b, b, lambda: self._forward(b), eager=lambda: self._forward(inputs.rows))
 
     def forward_rows(self, inputs: StepInputs, targets: np.ndarray) -> torch.Tensor:
         """A general forward of the loaded work: ``inputs`` of R rows (tail lengths 0) and the
@@ -171,14 +173,19 @@ class DecodeArena:
         self.step_in.copy_(self._host_step[self._turn], non_blocking=True)
         return b
 
-    def _run(self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def _run(
+        self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor],
+        eager: Callable[[], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """``forward()`` of ``b`` rows, replayed from ``graphs[key]`` (captured the first time)
-        when graphs are on and ``b`` is small enough. A capture that raises leaves that bucket
-        eager (the forward rewrites the same KV and draws the same tokens, so nothing is lost)."""
+        when graphs are on and ``b`` is small enough, else ``eager()`` (default: ``forward()``).
+        A capture that raises leaves that bucket eager (the forward rewrites the same KV and
+        draws the same tokens, so nothing is lost)."""
         kind = "decode step" if graphs is self.graphs else "general forward"
         self.replayed = self.use_graphs and b <= self.max_graph_rows and not self.failures.failed(kind, key)
+        eager = eager or forward
         if not self.replayed:
-            return forward()
+            return eager()
         if key not in graphs:
             warm = (graphs is self.graphs, self._layout)
             try:
@@ -186,7 +193,7 @@ class DecodeArena:
             except Exception as error:  # noqa: BLE001 - any failed capture falls back the same way
                 self.failures.record(kind, key, error)
                 self.replayed = False
-                return forward()
+                return eager()
             self.warmed.add(warm)
         graph, out = graphs[key]
         graph.replay()
