@@ -100,10 +100,14 @@ def test_chain_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir) -> 
     ]
     want, want_lp = _decode(lm, plain)
     truth = [tokens for tokens, _ in want]
-    # Finishes inside kept drafts: a stop token (greedy row) and EOS (a sampled row) mid-run.
+    # Finishes inside kept drafts: a stop token (greedy row), a stop string (filtered row) and EOS
+    # (a sampled row) mid-run.
+    text = lm.engine.detokenize(truth[1])
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop.strip()
     ends = [
         Sampling(max_tokens=12, temperature=0.0, ignore_eos=True, stop_token_ids=(truth[0][5],)),
-        plain[1],
+        dataclasses.replace(plain[1], stop=(stop,)),
         Sampling(max_tokens=12, temperature=1.0),
     ]
     eos = lm.engine.eos
@@ -113,7 +117,7 @@ def test_chain_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir) -> 
         got_ends, _ = _decode(lm, _speculating(ends, Scripted(truth, vocab)))
     finally:
         lm.engine.eos = eos
-    assert got_ends == want_ends and [r for _, r in got_ends] == ["stop", "length", "eos"]
+    assert got_ends == want_ends and [r for _, r in got_ends] == ["stop", "stop", "eos"]
     before = (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens, lm.stats.plan_builds)
     got, got_lp = _decode(lm, _speculating(plain, Scripted(truth, vocab), depth=2))
     assert got == want

@@ -269,19 +269,24 @@ class Speculator:
         seg = out.segment
         verified = len(draws) - 1
         tokens, scores = draft if draft is not None else ([], [])
+        drawn, logprobs = draws[:, 0].astype(np.int64).tolist(), draws[:, 1].tolist()
         kept = 0
-        while kept < verified and int(draws[kept, 0]) == tokens[kept]:
+        while kept < verified and drawn[kept] == tokens[kept]:
             kept += 1
         base = len(out.tokens)
-        seg.tokens[base + kept] = int(draws[kept, 0])  # the emitted token takes the first draft slot not kept
+        seg.tokens[base + kept] = drawn[kept]  # the emitted token takes the first draft slot not kept
         engine.kv.truncate(seg, base + kept + 1)
         seg.written = base + kept  # the emitted token's KV comes with the next step
         going = True
+        # Only a stop string, a token that ends the request or its length can finish it.
+        on_token, strings, limit = ends.on_token[i], bool(ends.stops[i]), ends.limit[i]
         for e in range(kept + 1):
-            out.tokens.append(int(draws[e, 0]))
-            out.logprobs.append(float(draws[e, 1]))
+            out.tokens.append(drawn[e])
+            out.logprobs.append(logprobs[e])
             engine.stats.generated_tokens += 1
-            if not engine._still_active([i], outs, ends):
+            if (strings or drawn[e] in on_token or len(out.tokens) >= limit) and not engine._still_active(
+                [i], outs, ends
+            ):
                 engine.kv.truncate(seg, base + e + 1)
                 going = False
                 break
