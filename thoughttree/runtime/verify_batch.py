@@ -69,6 +69,7 @@ class VerifyBatch:
         self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in (r.sampling for r in self.requests))
         self._works: dict[int, DecodeWork] = {}
         self._loaded: int | None = None
+        self.fresh = False  # whether the last step planned its work or captured a graph (not a step's usual cost)
         deepest = self._work(depth)  # its capacity holds every smaller level count's work
         rows = (depth + 1) * len(self.ids)
         self._deepest = Capacity.needed(deepest, rows, len(deepest.host.shapes))
@@ -157,6 +158,7 @@ class VerifyBatch:
         levels = max(map(len, kept), default=0)
         if levels > self.depth:
             raise ValueError(f"a draft of {levels} tokens exceeds the batch's depth {self.depth}")
+        self.fresh = levels not in self._works
         if self._loaded != levels:
             self._load(levels)
         rows = (levels + 1) * b_all
@@ -184,6 +186,7 @@ class VerifyBatch:
         stats.fast_steps += 1
         stats.graph_replays += int(self.arena.replayed)
         stats.note_graphs(self.arena, held)
+        self.fresh = self.fresh or self.arena.num_graphs != held
         grown = len(at) + sum(start) - len(ids)
         stats.attended_tokens += self._parent_tokens + grown
         stats.unique_tokens += self._shared_tokens + grown

@@ -240,8 +240,9 @@ class Speculator:
         t0 = time.perf_counter()
         draws = batch.verify(still, {i: tokens for i, (tokens, _) in drafts.items()})
         rows = width * max(len(d) for d in draws.values())
-        for spec in {s for s in specs if s is not None}:
-            self.costs.setdefault(spec, CostModel()).record_step(rows, time.perf_counter() - t0)
+        if not batch.fresh:  # a step that planned its work or captured a graph is not what steps cost
+            for spec in {s for s in specs if s is not None}:
+                self.costs.setdefault(spec, CostModel()).record_step(rows, time.perf_counter() - t0)
         nxt = [i for i in still if self._emit_chain(i, requests, outs, ends, drafts.get(i), draws[i], specs, drafters)]
         for spec in by_spec:
             self.costs[spec].end_step()
