@@ -176,3 +176,21 @@ def test_levels_follow_acceptance_and_row_cost() -> None:
         never.record_acceptance([0.95] * 4, [1, 2, 3, 4], [False] * 4)
     assert never.levels(8, sure, adaptive=True) == 0
     assert never.levels(8, sure, adaptive=False) == 4 and never.levels(8, [[]], adaptive=True) == 0
+
+
+def test_drafts_must_also_pay_for_the_overlap_plain_steps_keep() -> None:
+    """One branch on a GPU: rows are nearly free, so a draft kept one time in five pays for its
+    row; but once plain steps are measured 1.4 ms faster than a verification step of the same
+    rows (they overlap the host's work), it no longer does, and the drafter is not asked."""
+    cost = CostModel(explore_every=10**9)
+    for rows, seconds in ((1, 0.0070), (2, 0.00701), (5, 0.00703), (9, 0.00706)):
+        cost.record_step(rows, seconds)
+    for k in range(40):
+        cost.record_acceptance([0.9], [1], [k % 5 == 0])
+    chains = [[(0.9, 1)]]
+    assert cost.levels(1, chains, adaptive=True) == 1 and cost.worth_drafting(1)
+    cost.record_plain(1, 0.0056)
+    assert cost.levels(1, chains, adaptive=True) == 0 and not cost.worth_drafting(1)
+    fresh = CostModel()
+    fresh.record_plain(1, 0.001)  # no verification step measured yet: nothing to compare with
+    assert fresh._plain_gain == 0.0

@@ -9,7 +9,9 @@ starts from a prior. Each step, draft nodes are taken best first, across all bra
 they raise the expected tokens per second: a node of acceptance ``p`` is worth its row when
 ``p * time > per_row * tokens``, with ``tokens`` and ``time`` the step's expected totals so far.
 So when drafts are rarely kept or rows are dear, branches stop drafting and a step costs what a
-plain one does. On the decode buffers a step verifies chains in whole levels, a row per branch
+plain one does. Plain decode steps also overlap the host's work with the GPU's, which a
+verification step cannot: the time that saves is measured (:meth:`record_plain`) and a draft
+must pay for it too. On the decode buffers a step verifies chains in whole levels, a row per branch
 each (:meth:`levels`): there the number of levels is chosen the same way, a level at a time.
 """
 
@@ -43,6 +45,10 @@ class CostModel:
         self._kept = [0.0] * bins
         self._prior, self._prior_weight = prior, prior_weight
         self._steps = 0
+        # Seconds a plain decode step saves against a verification step of the same rows that
+        # drafts nothing (decayed mean): plain steps overlap the host's work with the GPU's,
+        # which verification cannot, since its drafts wait for what the step before kept.
+        self._plain_gain = 0.0
 
     # -- measurements --------------------------------------------------------------------------
     def record_step(self, rows: int, seconds: float) -> None:
@@ -50,6 +56,14 @@ class CostModel:
         self._w, self._x, self._y = d * self._w + 1, d * self._x + rows, d * self._y + seconds
         self._xx, self._xy = d * self._xx + rows * rows, d * self._xy + rows * seconds
         self._steps += 1
+
+    def record_plain(self, rows: int, seconds: float) -> None:
+        """A plain decode step of ``rows`` rows took ``seconds`` (mean of a run of such steps)."""
+        if self._w == 0:
+            return  # nothing to compare it with yet
+        fixed, per_row = self.line()
+        gain = max(0.0, fixed + per_row * rows - seconds)
+        self._plain_gain = self.decay * self._plain_gain + (1 - self.decay) * gain if self._plain_gain else gain
 
     def record_draft(self, seconds: float) -> None:
         self._draft_time = self.decay * self._draft_time + (1 - self.decay) * seconds
@@ -97,7 +111,8 @@ class CostModel:
         seen = [b for b in first if self._seen[b] >= 0.5]
         w = self._prior_weight
         p = max((self._kept[b] + self._prior * w) / (self._seen[b] + w) for b in seen) if seen else self._prior
-        return p * (fixed + per_row * plain_rows) > (per_row + self._draft_time) * plain_rows
+        extra = (per_row + self._draft_time) * plain_rows + (1 + p) * self._plain_gain
+        return p * (fixed + per_row * plain_rows) > extra
 
     def budgets(self, plain_rows: int, nodes: Sequence[Sequence[tuple[float, int]]], adaptive: bool) -> list[int]:
         """How many leading nodes of each branch's ordered candidates to verify.
@@ -143,7 +158,7 @@ class CostModel:
             return deepest
         fixed, per_row = self.line()
         tokens, time = float(width), fixed + per_row * width
-        best, best_rate = 0, tokens / time
+        best, best_rate = 0, tokens / max(time - self._plain_gain, 1e-9)  # plain steps, overlapped
         time += self._draft_time
         for level in range(1, deepest + 1):
             tokens += sum(self.acceptance(*c[level - 1]) for c in chains if len(c) >= level)

@@ -95,14 +95,34 @@ class Speculator:
             while still:
                 still, asked = self._step(requests, outs, ends, specs, drafters, still)
                 if still and not asked and self.engine.fast_decode:
-                    # No draft pays for its rows now: the rest of the call runs on the fixed-buffer
-                    # steps that plain decoding uses, which cost less host time than general steps.
-                    self.engine._decode_fast(requests, outs, still, ends)
+                    # No draft pays for its rows now: the rest of the call runs on the plain decode
+                    # steps, which overlap the host's work with the GPU's; their cost is measured.
+                    self._decode_plain(requests, outs, still, ends, groups)
                     still = []
         finally:
             self._batch = None
             for d in begun:
                 d.end()
+
+    def _decode_plain(
+        self,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        still: list[int],
+        ends: Ends,
+        groups: dict[Speculative, list[int]],
+    ) -> None:
+        """The rest of the call on plain decode steps, their mean step time told to the cost models."""
+        stats = self.engine.stats
+        steps, tokens, t0 = stats.forward_steps, stats.generated_tokens, time.perf_counter()
+        self.engine._decode_fast(requests, outs, still, ends)
+        steps = stats.forward_steps - steps
+        if steps:
+            seconds = (time.perf_counter() - t0) / steps
+            for spec in groups:
+                self.costs.setdefault(spec, CostModel()).record_plain(
+                    round((stats.generated_tokens - tokens) / steps), seconds
+                )
 
     def _step(
         self,
