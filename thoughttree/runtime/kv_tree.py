@@ -179,16 +179,8 @@ class KVTree:
         """Cut ``seg`` after its first k tokens; returns the new upper segment (seg keeps the rest and its id)."""
         ps = self.pool.page_size
         upper = Segment(
-            self._next_id,
-            seg.parent,
-            seg.tokens[:k],
-            seg.slots[:k],
-            seg.start,
-            refs=1,
-            sealed=True,
-            written=min(seg.written, k),
-            generated=seg.generated,
-            children=[seg],
+            self._next_id, seg.parent, seg.tokens[:k], seg.slots[:k], seg.start,
+            refs=1, sealed=True, written=min(seg.written, k), generated=seg.generated, children=[seg],
         )
         self._next_id += 1
         self.segments[upper.id] = upper
