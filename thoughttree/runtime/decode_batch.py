@@ -27,6 +27,51 @@ from .sampler import sample_packed
 if TYPE_CHECKING:
     from .decode_requests import DecodeRequest
     from .engine import Engine
+    from .graphs import DecodeArena
+
+
+def parent_tree(requests: Sequence[DecodeRequest]) -> tuple[list[Segment], list[int], list[int]]:
+    """The segments on the requests' parent paths, each once (a parent before its children),
+    each one's parent's index in that list (-1 for a root), and each request's parent's index."""
+    order: list[Segment] = []
+    index: dict[int, int] = {}
+    for r in requests:
+        for s in r.parent.path():
+            if s.id not in index:
+                index[s.id] = len(order)
+                order.append(s)
+    parents = [index[s.parent.id] if s.parent is not None else -1 for s in order]
+    return order, parents, [index[r.parent.id] for r in requests]
+
+
+def longest_tail(engine: Engine, requests: Sequence[DecodeRequest]) -> int:
+    """The most tokens any of ``requests`` may generate (its length limit): a tail window's size."""
+    return max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in requests)
+
+
+def filters(requests: Sequence[DecodeRequest]) -> bool:
+    """Whether any request samples after a top-k, top-p or min-p filter (drawn with
+    :func:`draw_filtered`, not by the step's own draw)."""
+    return any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in (r.sampling for r in requests))
+
+
+def put_sampling(arena: DecodeArena, requests: Sequence[DecodeRequest]) -> None:
+    """Each row's temperature and seed into the arena (row k: ``requests[k]``)."""
+    r = len(requests)
+    arena.temperature[:r] = torch.tensor([q.sampling.temperature for q in requests], dtype=torch.float32)
+    arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in requests], dtype=torch.int64)
+
+
+def draw_filtered(
+    arena: DecodeArena, logits: torch.Tensor, requests: Sequence[DecodeRequest], steps: np.ndarray
+) -> None:
+    """Redraw the rows of a step whose requests filter (row k: ``requests[k]``, at ``steps[k]``)
+    into the arena's draws."""
+    r = len(requests)
+    packed = sample_packed(
+        logits[:r].float(), [q.sampling for q in requests], [q.seed for q in requests], steps.tolist(), fused=True
+    )
+    arena.sampled[:r] = packed
 
 
 class DecodeBatch:
@@ -47,33 +92,21 @@ class DecodeBatch:
         self.row_of = {i: row for row, i in enumerate(ids)}
         self.starts = np.array([t.start for t in self.tails], dtype=np.int64)
         cfg, dev = engine.model.cfg, engine.model.device
-        order: list[Segment] = []
-        index: dict[int, int] = {}
-        for r in self.requests:
-            for s in r.parent.path():
-                if s.id not in index:
-                    index[s.id] = len(order)
-                    order.append(s)
+        order, parents, nodes = parent_tree(self.requests)
         plan = plan_tree_attention(
-            [index[s.parent.id] if s.parent is not None else -1 for s in order],
-            [s.slot_array for s in order],
-            [index[r.parent.id] for r in self.requests],
-            page_size=engine.kv.pool.page_size,
-            device=dev,
+            parents, [s.slot_array for s in order], nodes, page_size=engine.kv.pool.page_size, device=dev
         )
-        tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
         self.work = decode_work(
             plan,
             [t.slot_array for t in self.tails],
-            tail_cap,
+            longest_tail(engine, self.requests),
             engine.model.num_heads,
             engine.model.num_kv_heads,
             cfg.head_dim,
             engine.decode_work_config,
             share=engine.attention == "deft",
         )
-        params = [r.sampling for r in self.requests]
-        self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
+        self.filtered = filters(self.requests)
         self.shared_tokens = sum(len(s.tokens) for s in order)
         self.parent_tokens = sum(r.parent.end for r in self.requests)
         engine.stats.plan_builds += 1
@@ -88,9 +121,7 @@ class DecodeBatch:
         need = Capacity.needed(work, len(self.requests), len(work.host.shapes))
         self.arena = engine.arena_for(need, work.host.shapes)
         self.arena.load(work, len(self.requests))
-        r = len(self.requests)
-        self.arena.temperature[:r] = torch.tensor([q.sampling.temperature for q in self.requests], dtype=torch.float32)
-        self.arena.seeds[:r] = torch.tensor([q.seed & ((1 << 63) - 1) for q in self.requests], dtype=torch.int64)
+        put_sampling(self.arena, self.requests)
         engine.stats.note_graphs(self.arena)
 
     def keeps(self, ids: Sequence[int]) -> bool:
@@ -146,14 +177,7 @@ class DecodeBatch:
         stats.unique_tokens += self.shared_tokens + grown
         stats.note_graphs(self.arena, held)
         if self.filtered:
-            packed = sample_packed(
-                logits[:r].float(),
-                [q.sampling for q in self.requests],
-                [q.seed for q in self.requests],
-                tail_lens.tolist(),
-                fused=True,
-            )
-            self.arena.sampled[:r] = packed
+            draw_filtered(self.arena, logits, self.requests, tail_lens)
         return self.arena.publish()
 
     def collect(self, ticket: int, ids: Sequence[int]) -> tuple[list[int], list[float]]:

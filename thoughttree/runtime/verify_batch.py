@@ -18,14 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from ..kernels import plan_tree_attention
 from ..kernels.plan.decode_work import DecodeWork, decode_work
 from .arena_buffers import Capacity, StepInputs
 from .kv_pool import KVPoolExhausted
+from .decode_batch import draw_filtered, filters, longest_tail, parent_tree, put_sampling
 from .kv_tree import Segment
-from .sampler import sample_packed
 
 if TYPE_CHECKING:
     from .decode_requests import DecodeRequest
@@ -52,21 +51,13 @@ class VerifyBatch:
         self.engine, self.ids, self.requests, self.tails = engine, list(ids), list(requests), list(tails)
         self.depth = depth
         self.row_of = {i: b for b, i in enumerate(self.ids)}
-        order: list[Segment] = []
-        index: dict[int, int] = {}
-        for r in self.requests:
-            for s in r.parent.path():
-                if s.id not in index:
-                    index[s.id] = len(order)
-                    order.append(s)
+        order, self._parents, self._nodes = parent_tree(self.requests)
         self._segments = order
         self._shared_tokens = sum(len(s.tokens) for s in order)
         self._parent_tokens = sum(r.parent.end for r in self.requests)
-        self._parents = [index[s.parent.id] if s.parent is not None else -1 for s in order]
-        self._nodes = [index[r.parent.id] for r in self.requests]
         # A step's drafts stop short of a branch's length limit, so that its placeholder fits too.
-        self.tail_cap = max(min(r.sampling.max_tokens, engine.max_context - r.parent.end) for r in self.requests)
-        self.filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in (r.sampling for r in self.requests))
+        self.tail_cap = longest_tail(engine, self.requests)
+        self.filtered = filters(self.requests)
         self._works: dict[int, DecodeWork] = {}
         self._loaded: int | None = None
         self.fresh = False  # whether the last step planned its work or captured a graph (not a step's usual cost)
@@ -113,9 +104,7 @@ class VerifyBatch:
         need = Capacity.needed(work, rows, len(work.host.shapes)).union(self._deepest)
         self.arena = engine.arena_for(need, work.host.shapes)
         self.arena.load(work, rows)
-        reqs = self.requests * (levels + 1)
-        self.arena.temperature[:rows] = torch.tensor([q.sampling.temperature for q in reqs], dtype=torch.float32)
-        self.arena.seeds[:rows] = torch.tensor([q.seed & ((1 << 63) - 1) for q in reqs], dtype=torch.int64)
+        put_sampling(self.arena, self.requests * (levels + 1))
         engine.stats.note_graphs(self.arena)
         self._loaded = levels
 
@@ -191,15 +180,7 @@ class VerifyBatch:
         stats.attended_tokens += self._parent_tokens + grown
         stats.unique_tokens += self._shared_tokens + grown
         if self.filtered:
-            reqs = self.requests * (levels + 1)
-            packed = sample_packed(
-                logits[:rows].float(),
-                [q.sampling for q in reqs],
-                [q.seed for q in reqs],
-                tail_lens.tolist(),
-                fused=True,
-            )
-            self.arena.sampled[:rows] = packed
+            draw_filtered(self.arena, logits, self.requests * (levels + 1), tail_lens)
         host = self.arena.collect(self.arena.publish())[:rows].reshape(levels + 1, b_all, 2)
         out = {}
         for i, seg, n, draft in zip(ids, segs, start, kept):
