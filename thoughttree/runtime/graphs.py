@@ -157,7 +157,10 @@ class DecodeArena:
         no sampling and touches no tail."""
         b = self._upload(inputs, targets, tail_pad=0)
         t = row_bucket(len(targets))
-        logits = self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t))[: len(targets)]
+        n = len(targets)
+        # As in step: a forward run eagerly skips the padding rows.
+        logits = self._run(self.row_graphs, (b, t), b, lambda: self._forward_rows(b, t),
+                           eager=lambda: self._forward_rows(inputs.rows, n))[:n]
         return logits.to(torch.float32, copy=True)  # the buffer is rewritten by the next step
 
     def _upload(self, inputs: StepInputs, targets: np.ndarray, tail_pad: int) -> int:
