@@ -311,15 +311,17 @@ class Speculator:
                 engine.kv.truncate(seg, base + e + 1)
                 going = False
                 break
-        engine.stats.draft_tokens += verified
-        engine.stats.accepted_tokens += kept
-        spec = specs[i]
-        if spec is not None:
-            if verified:
-                self.costs[spec].record_acceptance(
-                    scores[:verified], range(1, verified + 1), [k < kept for k in range(verified)]
-                )
-            drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
+        self._tally(
+            i,
+            requests,
+            outs,
+            specs,
+            drafters,
+            base,
+            scores[:verified],
+            range(1, verified + 1),
+            [k < kept for k in range(verified)],
+        )
         return going
 
     def _emit(
@@ -373,16 +375,45 @@ class Speculator:
                 going = False
                 break
         seg.written = base + kept_kv
-        accepted = len(run) - 1
-        engine.stats.draft_tokens += len(draft) if draft is not None else 0
-        engine.stats.accepted_tokens += accepted
+        if draft is None:
+            self._tally(i, requests, outs, specs, drafters, base, [], [], [])
+        else:
+            kept = set(path)
+            self._tally(
+                i,
+                requests,
+                outs,
+                specs,
+                drafters,
+                base,
+                draft.scores,
+                draft.depths(),
+                [k in kept for k in range(len(draft))],
+            )
+        return going
+
+    def _tally(
+        self,
+        i: int,
+        requests: Sequence[DecodeRequest],
+        outs: list[Decoded],
+        specs: Sequence[Speculative | None],
+        drafters: dict[Speculative, Drafter],
+        base: int,
+        scores: Sequence[float],
+        depths: Sequence[int],
+        kept: Sequence[bool],
+    ) -> None:
+        """Count request ``i``'s verified draft nodes (their ``scores`` and ``depths``; ``kept[k]``:
+        node k was kept), feed its cost model and tell its drafter the tokens appended from ``base`` on."""
+        stats = self.engine.stats
+        stats.draft_tokens += len(kept)
+        stats.accepted_tokens += sum(kept)
         spec = specs[i]
         if spec is not None:
-            if draft is not None:
-                kept = set(path)
-                self.costs[spec].record_acceptance(draft.scores, draft.depths(), [k in kept for k in range(len(draft))])
-            drafters[spec].accepted(_branch(i, requests, outs), out.tokens[base:])
-        return going
+            if kept:
+                self.costs[spec].record_acceptance(scores, depths, kept)
+            drafters[spec].accepted(_branch(i, requests, outs), outs[i].tokens[base:])
 
 
 def _branch(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Branch:
