@@ -1,11 +1,12 @@
-"""Verification of chain drafts on the decode buffers (:class:`VerifyBatch`) keeps plain decoding's
-tokens, frees what it does not keep and plans once per level count, not once per step.
+"""Verification of draft chains and trees on the decode buffers (:class:`VerifyBatch`) keeps plain
+decoding's tokens, frees what it does not keep and plans once per node count, not once per step.
 
 On the CPU the fixed buffers run their Triton kernels in the interpreter (float16, one layer):
 each case decodes a few short branches. A scripted drafter proposes each branch's true
 continuation (from a plain run), made wrong from a depth that changes every call, so runs of
 every length are kept, finishes fall inside them and some drafts are wrong from their first
-token.
+token. For trees, a wrong sibling stands before each true node, so a kept path is never the
+first nodes of the draft and its KV has to move.
 """
 
 from __future__ import annotations
@@ -135,20 +136,64 @@ def test_chain_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir) -> 
     assert plans <= 1 + 3 < spec
 
 
-def test_tree_drafts_take_general_steps_between_fixed_ones(model_dir) -> None:
+class Decoys(Scripted):
+    """As :class:`Scripted`, with a wrong sibling before every node of the true path (scored
+    above it now and then, so shapes that order by score put it first too)."""
+
+    def propose(self, branches: Sequence[Branch], max_nodes: int, max_depth: int) -> list[DraftTree]:
+        out = []
+        for chain in super().propose(branches, max_nodes, max_depth):
+            d, at = DraftTree(), -1
+            for k, (t, score) in enumerate(zip(chain.tokens, chain.scores)):
+                d.add(at, (t + 3) % self.vocab, score + (0.05 if (self.calls + k) % 2 else -0.3))
+                at = d.add(at, t, score)
+            out.append(d)
+        return out
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "tree"])
+def test_tree_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir, shape: str) -> None:
     lm = _lm(model_dir)
-    plain = [Sampling(max_tokens=8, temperature=1.0, ignore_eos=True)] * 2
-    want, _ = _decode(lm, plain)
-    before = (lm.stats.fast_steps, lm.stats.speculative_steps)
-    got, _ = _decode(
-        lm,
-        _speculating(
-            plain, Scripted([t for t, _ in want], lm.model.cfg.vocab_size, fork=True), depth=2, nodes=4, shape="dynamic"
-        ),
+    plain = [
+        Sampling(max_tokens=10, temperature=0.0, ignore_eos=True),
+        Sampling(max_tokens=9, temperature=1.0, top_k=20, ignore_eos=True),
+        Sampling(max_tokens=10, temperature=1.0, ignore_eos=True),
+    ]
+    want, want_lp = _decode(lm, plain)
+    truth = [t for t, _ in want]
+    stop = [dataclasses.replace(plain[0], stop_token_ids=(truth[0][6],)), *plain[1:]]
+    want_stop, _ = _decode(lm, stop)
+    before = (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens)
+    drafter = Decoys(truth, lm.model.cfg.vocab_size)
+    got, got_lp = _decode(lm, _speculating(plain, drafter, depth=3, nodes=6, shape=shape))
+    got_stop, _ = _decode(lm, _speculating(stop, drafter, depth=3, nodes=6, shape=shape))
+    assert got == want and got_stop == want_stop and got_stop[0][1] == "stop"
+    for a, b in zip(got_lp, want_lp):
+        assert a == pytest.approx(b, abs=2e-2)
+    fast, spec, accepted = (
+        a - b for a, b in zip((lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens), before)
     )
-    assert got == want
-    fast, spec = lm.stats.fast_steps - before[0], lm.stats.speculative_steps - before[1]
-    assert 0 < fast < spec - 1  # some steps verified a tree on a general forward
+    # Every step after each call's first verifies its trees on the fixed buffers, and paths were
+    # kept (each through a node after its decoy sibling, so its KV was moved).
+    assert fast == spec - 2 and accepted > 0
+
+
+def test_a_batch_for_chains_refuses_a_tree(model_dir) -> None:
+    from thoughttree.runtime.verify_batch import VerifyBatch
+
+    lm = _lm(model_dir)
+    tree = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    prefill_on_pytorch(lm, tree, [tree.root])
+    request = DecodeRequest(tree.root.kv, Sampling(max_tokens=8, temperature=0.0, ignore_eos=True), 0)
+    tail = lm.kv.open_child(tree.root.kv)
+    lm.kv.append_each([tail], [5])
+    batch = VerifyBatch(lm.engine, [0], [request], [tail], depth=4)
+    with pytest.raises(ValueError, match="tree=True"):
+        batch.verify([0], {0: [1, 2]}, {0: [-1, -1]})
+    with pytest.raises(ValueError, match="earlier node"):
+        VerifyBatch(lm.engine, [0], [request], [tail], depth=4, tree=True).verify([0], {0: [1, 2]}, {0: [-1, 1]})
+    lm.kv.release(tail)
+    tree.release_kv()
 
 
 def test_drafts_without_room_in_the_pool_are_dropped(model_dir) -> None:

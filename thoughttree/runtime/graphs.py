@@ -142,6 +142,13 @@ class DecodeArena:
             host_meta[start : start + a.size] = a
         self.buffers.meta.copy_(self._host_meta, non_blocking=True)
 
+    def put_slots(self, index: np.ndarray, slots: np.ndarray) -> None:
+        """Write ``slots`` [n] at ``index`` [n] of the loaded work's slot array before the next
+        step (tail windows whose contents the host rewrites: rows verifying draft trees)."""
+        if len(index):
+            pair = torch.from_numpy(np.stack([index, slots])).to(self.buffers.slots.device, non_blocking=True)
+            self.buffers.slots[pair[0]] = pair[1].to(torch.int32)
+
     def step(self, inputs: StepInputs) -> torch.Tensor:
         """Run one step for ``inputs`` of R rows and draw each row's next token into
         :attr:`sampled`; returns the logits [R', V] in the model's dtype (R' >= R: the row

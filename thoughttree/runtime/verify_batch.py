@@ -1,16 +1,24 @@
-"""Verification steps of speculating branches on the decode buffers: chain drafts, planned once.
+"""Verification steps of speculating branches on the decode buffers: draft chains and trees, planned once.
 
-A batch of B branches has ``depth + 1`` query rows per branch, level-major (row = level * B +
-branch): level 0 forwards the branch's newest token, level k its k-th draft token. The drafts
-are appended to each branch's own segment before the step, so all rows of a branch read one
-tail window (the segment's slots), each up to itself, and each row writes its KV where the
-token's KV stays if it is kept: nothing is copied after verification, and the tokens it does
-not keep are cut off again (:meth:`KVTree.truncate`). A step runs only the levels its longest
-draft needs; the work of each level count is planned the first time a step needs it and loaded
-with one copy (its windows refreshed to the segments' slots), so a run of steps plans the tree
-at most ``depth + 1`` times. Each row's token is drawn on the device with its request's seed and
-the position the drawn token takes, as a plain decode step draws it. A finished branch stays as
-padding rows until half the batch has finished, as in :class:`decode_batch.DecodeBatch`.
+A batch of B branches has ``depth + 1`` query rows per branch, node-major (row = k * B +
+branch): row 0 of a branch forwards its newest token, row k its k-th draft node. The drafts
+are appended to each branch's own segment before the step, in node order, and each row writes
+its KV there; a step runs only as many node rows as its largest draft needs. The work of each
+node count is planned the first time a step needs it and loaded with one copy, so a run of
+steps plans the tree at most ``depth + 1`` times. Each row's token is drawn on the device with
+its request's seed and the position the drawn token takes, as a plain decode step draws it. A
+finished branch stays as padding rows until half the batch has finished, as in
+:class:`decode_batch.DecodeBatch`.
+
+What each row sees of the tokens after the branch's parent path is a tail window of slots:
+
+- chains: all rows of a branch read one window (the segment's slots), each up to itself. A
+  chain's kept tokens are a prefix of its drafts, so their KV already stands where it stays, and
+  the tokens a step does not keep are cut off again (:meth:`KVTree.truncate`);
+- trees (``tree=True``): every row has a window of its own, holding the branch's tokens before
+  the step and then the slots of its node's ancestors and its own, rewritten before each step
+  (:meth:`DecodeArena.put_slots`). The caller moves the kept path's KV to the front of the
+  drafts (the first kept node's KV into the first draft slot, and so on) before it cuts the rest.
 """
 
 from __future__ import annotations
@@ -45,11 +53,12 @@ class VerifyBatch:
         requests: Sequence[DecodeRequest],
         tails: Sequence[Segment],
         depth: int,
+        tree: bool = False,
     ) -> None:
         if any(not t.tokens for t in tails):
             raise ValueError("verification on the decode buffers starts after each branch's first token")
         self.engine, self.ids, self.requests, self.tails = engine, list(ids), list(requests), list(tails)
-        self.depth = depth
+        self.depth, self.tree = depth, tree
         self.row_of = {i: b for b, i in enumerate(self.ids)}
         order, self._parents, self._nodes = parent_tree(self.requests)
         self._segments = order
@@ -61,15 +70,19 @@ class VerifyBatch:
         self._works: dict[int, DecodeWork] = {}
         self._loaded: int | None = None
         self.fresh = False  # whether the last step planned its work or captured a graph (not a step's usual cost)
+        # Trees: how many leading slots of each row's window hold its branch's tokens now.
+        self._valid = np.zeros((depth + 1) * len(self.ids), dtype=np.int64)
         deepest = self._work(depth)  # its capacity holds every smaller level count's work
         rows = (depth + 1) * len(self.ids)
         self._deepest = Capacity.needed(deepest, rows, len(deepest.host.shapes))
 
     def _work(self, levels: int) -> DecodeWork:
-        """The work of a step whose drafts have at most ``levels`` tokens (planned once)."""
+        """The work of a step whose drafts have at most ``levels`` nodes (planned once)."""
         if levels not in self._works:
             b = len(self.ids)
             engine = self.engine
+            # A tree's nodes may outnumber the room left in a window (a window holds one path).
+            tails = [t.slot_array[: self.tail_cap] for t in self.tails]
             plan = plan_tree_attention(
                 self._parents,
                 [s.slot_array for s in self._segments],
@@ -80,14 +93,14 @@ class VerifyBatch:
             m = engine.model
             self._works[levels] = decode_work(
                 plan,
-                [t.slot_array for t in self.tails],
+                tails * (levels + 1) if self.tree else tails,
                 self.tail_cap,
                 m.num_heads,
                 m.num_kv_heads,
                 m.cfg.head_dim,
                 engine.decode_work_config,
                 share=engine.attention == "deft",
-                windows=list(range(b)) * (levels + 1),
+                windows=None if self.tree else list(range(b)) * (levels + 1),
             )
             engine.stats.plan_builds += 1
         return self._works[levels]
@@ -97,10 +110,12 @@ class VerifyBatch:
         engine = self.engine
         work = self._works[levels] if levels in self._works else self._work(levels)
         slots = work.host.slots
-        for b, t in enumerate(self.tails):
-            base = int(work.tail_base[b])
-            slots[base : base + len(t.slots)] = t.slots
         rows = (levels + 1) * len(self.ids)
+        for r in range(rows if self.tree else len(self.ids)):
+            held = self.tails[r % len(self.ids)].slots[: self.tail_cap]
+            base = int(work.tail_base[r])
+            slots[base : base + len(held)] = held
+            self._valid[r] = len(held)
         need = Capacity.needed(work, rows, len(work.host.shapes)).union(self._deepest)
         self.arena = engine.arena_for(need, work.host.shapes)
         self.arena.load(work, rows)
@@ -116,14 +131,23 @@ class VerifyBatch:
         """Whether a step of requests ``ids`` goes on with this batch (more than half of it live)."""
         return 2 * len(ids) > len(self.tails) and all(i in self.row_of for i in ids)
 
-    def verify(self, ids: Sequence[int], drafts: Mapping[int, Sequence[int]]) -> dict[int, np.ndarray]:
-        """Forward the newest token of each request in ``ids`` and its draft tokens ``drafts[i]``
+    def verify(
+        self,
+        ids: Sequence[int],
+        drafts: Mapping[int, Sequence[int]],
+        parents: Mapping[int, Sequence[int]] | None = None,
+    ) -> dict[int, np.ndarray]:
+        """Forward the newest token of each request in ``ids`` and its draft nodes ``drafts[i]``
         (none where absent) and draw the token after each; returns per request its draws [j + 1, 2]
-        (token, log-probability) after its newest token and after each of its j draft tokens.
+        (token, log-probability) after its newest token and after each of its j draft nodes.
 
-        On return each request's segment holds its newest token, its drafts (their KV written)
-        and a placeholder for the token the step emits; a draft the pool has no room for is
-        dropped (that branch verifies nothing this step).
+        ``parents[i][k]``: the draft node before node k of request i (-1: its newest token; a
+        parent comes before its children); without it every draft is a chain. Trees need a batch
+        made with ``tree=True``.
+
+        On return each request's segment holds its newest token, its draft nodes in order (their
+        KV written) and a placeholder for the token the step emits; a draft the pool has no room
+        for is dropped (that branch verifies nothing this step).
         """
         engine, kv = self.engine, self.engine.kv
         b_all = len(self.tails)
@@ -146,7 +170,10 @@ class VerifyBatch:
             kept = [()] * len(segs)
         levels = max(map(len, kept), default=0)
         if levels > self.depth:
-            raise ValueError(f"a draft of {levels} tokens exceeds the batch's depth {self.depth}")
+            raise ValueError(f"a draft of {levels} nodes exceeds the batch's depth {self.depth}")
+        ups = [_parents(parents.get(i) if parents is not None and d else None, len(d)) for i, d in zip(ids, kept)]
+        if not self.tree and any(p != list(range(-1, len(p) - 1)) for p in ups):
+            raise ValueError("draft trees (not chains) need a VerifyBatch made with tree=True")
         self.fresh = levels not in self._works
         if self._loaded != levels:
             self._load(levels)
@@ -156,13 +183,16 @@ class VerifyBatch:
         slot_list: list[int] = []
         position_list: list[int] = []
         length_list: list[int] = []
-        for i, seg, n, draft in zip(ids, segs, start, kept):
+        for i, seg, n, draft, up in zip(ids, segs, start, kept, ups):
             b, j = self.row_of[i], len(draft)
             at += range(b, b + (j + 1) * b_all, b_all)
             token_list += seg.tokens[n - 1 : n + j]
             slot_list += seg.slots[n - 1 : n + j]
-            position_list += range(seg.start + n - 1, seg.start + n + j)
-            length_list += range(n, n + j + 1)
+            depth = [0, *_depths(up)]
+            position_list += [seg.start + n - 1 + d for d in depth]
+            length_list += [n + d for d in depth]
+        if self.tree:
+            self._put_windows(self._works[levels].tail_base, at, segs, start, ups)
         inputs = StepInputs.empty(rows)
         tokens, positions, slots, tail_lens = inputs.tokens, inputs.positions, inputs.slots, inputs.tail_lens
         inputs.array[:] = 0  # padding rows: token 0 at position 0, no tail, the scratch slot
@@ -187,3 +217,46 @@ class VerifyBatch:
             seg.written = n + len(draft)  # the newest token and every draft token have KV now
             out[i] = host[: len(draft) + 1, self.row_of[i]].copy()
         return out
+
+    def _put_windows(
+        self,
+        tail_base: np.ndarray,
+        at: Sequence[int],
+        segs: Sequence[Segment],
+        start: Sequence[int],
+        ups: Sequence[list[int]],
+    ) -> None:
+        """Write each row's window (rows ``at``, branch by branch; ``tail_base`` [R]: where each
+        row's window starts): its branch's tokens before the step, then the slots of its node's
+        ancestors and its own."""
+        index: list[np.ndarray] = []
+        value: list[np.ndarray] = []
+        rows = iter(at)
+        for seg, n, up in zip(segs, start, ups):
+            slots = np.asarray(seg.slots, dtype=np.int64)
+            paths: list[list[int]] = [[]]  # paths[k + 1]: positions after n-1 on the path to node k
+            for k, p in enumerate(up):
+                paths.append([*paths[p + 1], n + k])
+            for path in paths:
+                r = next(rows)
+                lo = min(int(self._valid[r]), n)
+                index.append(tail_base[r] + np.arange(lo, n + len(path)))
+                value.append(np.concatenate([slots[lo:n], slots[path]]))
+                self._valid[r] = n
+        self.arena.put_slots(np.concatenate(index), np.concatenate(value))
+
+
+def _parents(given: Sequence[int] | None, count: int) -> list[int]:
+    """A draft's parents (a chain's when ``given`` is None), checked to come before their children."""
+    up = list(range(-1, count - 1)) if given is None else [int(p) for p in given]
+    if len(up) != count or any(not -1 <= p < k for k, p in enumerate(up)):
+        raise ValueError(f"draft parents {given!r} must give each of the {count} nodes an earlier node or -1")
+    return up
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    """[N] how many draft nodes each node's path holds, itself included."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out

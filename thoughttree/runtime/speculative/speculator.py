@@ -10,6 +10,11 @@ no such child is emitted too, so a step yields at least one token. Emitted token
 same finish checks as plain decoding one by one (EOS, stop tokens, stop strings, length), so a
 finish inside an accepted run cuts it at the same token. The KV of kept draft tokens is copied
 into the branch's own segment and every draft segment is released before the step returns.
+
+Once every branch has its first token, steps verify on the decode buffers instead
+(:class:`VerifyBatch`, a CUDA graph per row bucket on a GPU): the drafts go straight into the
+branches' own segments, a row per draft node, and the KV of a kept path that is not already at
+the front of them is moved there.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class Speculator:
         self._drafters: dict[object, Drafter] = {}
         self.costs: dict[Speculative, CostModel] = {}
         self._batch: VerifyBatch | None = None  # the decode call's verification steps on fixed buffers
-        self._depth = 0  # the longest draft of the decode call
+        self._depth = 0  # the most draft nodes of a branch in the decode call
+        self._tree = False  # whether the decode call's drafts may be trees (not only chains)
 
     def options(self, requests: Sequence[DecodeRequest]) -> list[Speculative | None] | None:
         """Each request's speculation option (None: plain); None when no request speculates."""
@@ -85,7 +91,8 @@ class Speculator:
         drafters = {s: self.drafter(s) for s in groups}
         begun: list[Drafter] = []
         self._batch = None
-        self._depth = max(min(s.max_depth, s.max_nodes) for s in groups)
+        self._tree = any(s.shape != "chain" for s in groups)
+        self._depth = max(s.max_nodes if s.shape != "chain" else min(s.max_depth, s.max_nodes) for s in groups)
         try:
             for s, members in groups.items():
                 if all(drafters[s] is not d for d in begun):
@@ -220,10 +227,12 @@ class Speculator:
     def _on_fixed_buffers(
         self, still: list[int], outs: list[Decoded], candidates: dict[int, tuple[Speculative, DraftTree, list[int]]]
     ) -> bool:
-        """Whether this step verifies on the decode buffers: every branch past its first token
-        and every draft a chain (a tree of drafts needs a general step's plan)."""
+        """Whether this step verifies on the decode buffers: every branch past its first token,
+        and every draft a chain unless the call's batch takes trees."""
         if not self.engine.fast_decode or any(not outs[i].tokens for i in still):
             return False
+        if self._tree:
+            return True
         for _, d, o in candidates.values():
             if any(d.parents[k] != (o[n - 1] if n else -1) for n, k in enumerate(o)):
                 return False
@@ -240,30 +249,41 @@ class Speculator:
         by_spec: dict[Speculative, list[int]],
         candidates: dict[int, tuple[Speculative, DraftTree, list[int]]],
     ) -> tuple[list[int], bool]:
-        """A verification step of chain drafts on the decode buffers (:class:`VerifyBatch`)."""
+        """A verification step on the decode buffers (:class:`VerifyBatch`)."""
         engine = self.engine
         batch = self._batch
         if batch is None or not batch.keeps(still):
             batch = self._batch = VerifyBatch(
-                engine, still, [requests[i] for i in still], [outs[i].segment for i in still], self._depth
+                engine, still, [requests[i] for i in still], [outs[i].segment for i in still], self._depth, self._tree
             )
-        width = len(batch.tails)  # rows per level, finished branches' padding rows included
-        drafts: dict[int, tuple[list[int], list[float]]] = {}  # each chain's tokens and scores
+        width = len(batch.tails)  # rows per draft node, finished branches' padding rows included
+        drafts: dict[int, DraftTree] = {}
         for spec, members in by_spec.items():
             picked = [candidates[i][1:] for i in members]
-            chains = [([d.tokens[k] for k in o], [d.scores[k] for k in o]) for d, o in picked]
-            nodes = [list(zip(scores, range(1, len(scores) + 1))) for _, scores in chains]
-            levels = self.costs[spec].levels(width, nodes, spec.adaptive)
-            for i, (tokens, scores) in zip(members, chains):
-                if levels and tokens:
-                    drafts[i] = (tokens[:levels], scores[:levels])
+            nodes = [[(d.scores[k], depth[k]) for k in o] for d, o in picked for depth in (d.depths(),)]
+            count = self.costs[spec].levels(width, nodes, spec.adaptive)
+            for i, (d, o) in zip(members, picked):
+                if count and o:
+                    drafts[i] = d.subset(o[:count])
         t0 = time.perf_counter()
-        draws = batch.verify(still, {i: tokens for i, (tokens, _) in drafts.items()})
+        draws = batch.verify(still, {i: d.tokens for i, d in drafts.items()}, {i: d.parents for i, d in drafts.items()})
         rows = width * max(len(d) for d in draws.values())
         if not batch.fresh:  # a step that planned its work or captured a graph is not what steps cost
             for spec in {s for s in specs if s is not None}:
                 self.costs.setdefault(spec, CostModel()).record_step(rows, time.perf_counter() - t0)
-        nxt = [i for i in still if self._emit_chain(i, requests, outs, ends, drafts.get(i), draws[i], specs, drafters)]
+        paths = {i: _walk(drafts.get(i), draws[i]) for i in still}
+        # The kept nodes' KV to the front of the drafts, in path order (a chain's is there already).
+        copies = []
+        for i in still:
+            seg, base = outs[i].segment, len(outs[i].tokens)
+            copies += [(seg.slots[base + k], seg.slots[base + e]) for e, k in enumerate(paths[i]) if k != e]
+        if copies:
+            _copy_kv(engine.kv.pool, copies)
+        nxt = [
+            i
+            for i in still
+            if self._emit_path(i, requests, outs, ends, drafts.get(i), paths[i], draws[i], specs, drafters)
+        ]
         for spec in by_spec:
             self.costs[spec].end_step()
         if engine.after_step is not None:
@@ -271,31 +291,31 @@ class Speculator:
         engine.stats.speculative_steps += 1
         return nxt, bool(by_spec)
 
-    def _emit_chain(
+    def _emit_path(
         self,
         i: int,
         requests: Sequence[DecodeRequest],
         outs: list[Decoded],
         ends: Ends,
-        draft: tuple[list[int], list[float]] | None,
+        draft: DraftTree | None,
+        path: list[int],
         draws: np.ndarray,
         specs: Sequence[Speculative | None],
         drafters: dict[Speculative, Drafter],
     ) -> bool:
-        """Append what request ``i`` keeps of its verified chain (``draft``: its tokens and
-        scores; ``draws`` [j + 1, 2]: the draw after its newest token and after each of the j
-        draft tokens its segment holds, then a placeholder); returns whether it goes on."""
+        """Append what request ``i`` keeps of its verified draft (``draws`` [j + 1, 2]: the draw
+        after its newest token and after each of the j draft nodes its segment holds, then a
+        placeholder; ``path``: the nodes kept, their KV already moved to the front); returns
+        whether it goes on."""
         engine = self.engine
         out = outs[i]
         seg = out.segment
         verified = len(draws) - 1
-        tokens, scores = draft if draft is not None else ([], [])
-        drawn, logprobs = draws[:, 0].astype(np.int64).tolist(), draws[:, 1].tolist()
-        kept = 0
-        while kept < verified and drawn[kept] == tokens[kept]:
-            kept += 1
+        rows = [0, *(k + 1 for k in path)]  # the draw of each emitted token: after the tip, then each kept node
+        drawn, logprobs = draws[rows, 0].astype(np.int64).tolist(), draws[rows, 1].tolist()
+        kept = len(path)
         base = len(out.tokens)
-        seg.tokens[base + kept] = drawn[kept]  # the emitted token takes the first draft slot not kept
+        seg.tokens[base : base + kept + 1] = drawn  # the kept tokens, then the emitted one in the first slot not kept
         engine.kv.truncate(seg, base + kept + 1)
         seg.written = base + kept  # the emitted token's KV comes with the next step
         going = True
@@ -311,6 +331,7 @@ class Speculator:
                 engine.kv.truncate(seg, base + e + 1)
                 going = False
                 break
+        on_path = set(path)
         self._tally(
             i,
             requests,
@@ -318,9 +339,9 @@ class Speculator:
             specs,
             drafters,
             base,
-            scores[:verified],
-            range(1, verified + 1),
-            [k < kept for k in range(verified)],
+            draft.scores[:verified] if draft is not None else [],
+            draft.depths()[:verified] if draft is not None else [],
+            [k in on_path for k in range(verified)],
         )
         return going
 
@@ -414,6 +435,22 @@ class Speculator:
             if kept:
                 self.costs[spec].record_acceptance(scores, depths, kept)
             drafters[spec].accepted(_branch(i, requests, outs), outs[i].tokens[base:])
+
+
+def _walk(draft: DraftTree | None, draws: np.ndarray) -> list[int]:
+    """The draft nodes kept: from the newest token, the child whose token was drawn, as long as
+    there is one (``draws`` [j + 1, 2]: row 0 after the newest token, row k + 1 after node k;
+    only the first j nodes were verified)."""
+    if draft is None:
+        return []
+    verified = len(draws) - 1
+    kids = {(p, t): k for k, (p, t) in enumerate(zip(draft.parents[:verified], draft.tokens[:verified]))}
+    path: list[int] = []
+    at, row = -1, 0
+    while (child := kids.get((at, int(draws[row, 0])))) is not None:
+        path.append(child)
+        at, row = child, child + 1
+    return path
 
 
 def _branch(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Branch:
