@@ -335,6 +335,22 @@ def test_cost_model_learns_that_unsure_drafts_are_kept():
     assert cost.budgets(1, [[(0.01, 1), (0.0001, 2)]], adaptive=True)[0] >= 1
 
 
+def test_a_score_bin_not_measured_yet_leans_on_its_depth():
+    """Drafts never kept at depth 1 in one score bin make a node of another score at depth 1
+    unlikely too, long before that bin has measurements of its own; other depths keep the prior."""
+    from thoughttree.runtime.speculative import CostModel
+
+    cost = CostModel()
+    fresh = cost.acceptance(0.5, 1)
+    for _ in range(30):
+        cost.record_acceptance([0.95], [1], [False])
+    assert cost.acceptance(0.5, 1) < 0.1 < fresh
+    assert cost.acceptance(0.5, 2) == pytest.approx(CostModel().acceptance(0.5, 2))
+    for _ in range(200):  # a bin measured well goes by its own count
+        cost.record_acceptance([0.5], [1], [True])
+    assert cost.acceptance(0.5, 1) > 0.95
+
+
 def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir):
     from thoughttree.commands.model import bundled_model_path
 

@@ -4,8 +4,9 @@ A step's time is modelled as ``fixed + per_row * rows`` (plus the drafter's own 
 drafts), both fitted to measured steps by least squares with exponential forgetting. A draft
 node's chance of being kept is read from measured acceptance, binned by the node's depth and
 its draft score (drafters' scores are only roughly probabilities: a random small model is
-unsure of tokens it gets right, a lookup sure of ones it gets wrong); a bin not yet measured
-starts from a prior. Each step, draft nodes are taken best first, across all branches, while
+unsure of tokens it gets right, a lookup sure of ones it gets wrong). A bin with few
+measurements leans on its depth's acceptance over all scores, and that on a prior, so a drafter
+whose drafts are rarely kept is not trusted again in each score bin it has not been seen in. Each step, draft nodes are taken best first, across all branches, while
 they raise the expected tokens per second: a node of acceptance ``p`` is worth its row when
 ``p * time > per_row * tokens``, with ``tokens`` and ``time`` the step's expected totals so far.
 So when drafts are rarely kept or rows are dear, branches stop drafting and a step costs what a
@@ -84,8 +85,15 @@ class CostModel:
     def acceptance(self, score: float, depth: int) -> float:
         """The estimated chance that a node of this draft score and depth is kept."""
         b = _bin(score, depth)
-        prior = self._prior ** min(depth, _DEPTHS)
-        return (self._kept[b] + prior * self._prior_weight) / (self._seen[b] + self._prior_weight)
+        w = self._prior_weight
+        return (self._kept[b] + self._depth_rate(depth) * w) / (self._seen[b] + w)
+
+    def _depth_rate(self, depth: int) -> float:
+        """Acceptance at ``depth`` over every score bin, leaning on the prior while few are measured."""
+        row = min(depth, _DEPTHS) * (len(_EDGES) + 1)
+        bins = slice(row, row + len(_EDGES) + 1)
+        w = self._prior_weight
+        return (sum(self._kept[bins]) + self._prior ** min(depth, _DEPTHS) * w) / (sum(self._seen[bins]) + w)
 
     def line(self) -> tuple[float, float]:
         """(fixed, per_row) seconds; per_row falls back to a share of the fixed cost until rows vary."""
@@ -109,8 +117,8 @@ class CostModel:
         # The first level's bins this drafter has been measured in (its scores fall in few of them).
         first = range(len(_EDGES) + 1, 2 * (len(_EDGES) + 1))
         seen = [b for b in first if self._seen[b] >= 0.5]
-        w = self._prior_weight
-        p = max((self._kept[b] + self._prior * w) / (self._seen[b] + w) for b in seen) if seen else self._prior
+        w, rate = self._prior_weight, self._depth_rate(1)
+        p = max((self._kept[b] + rate * w) / (self._seen[b] + w) for b in seen) if seen else rate
         extra = (per_row + self._draft_time) * plain_rows + (1 + p) * self._plain_gain
         return p * (fixed + per_row * plain_rows) > extra
 
