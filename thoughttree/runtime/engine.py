@@ -54,11 +54,6 @@ class _EagerKV:
         return tree_attention(q, self.kv.pool.k[layer], self.kv.pool.v[layer], self.plan, backend=self.backend)
 
 
-def _kv_but_last(seg: Segment) -> bool:
-    """Whether every token on ``seg``'s path has its KV, except perhaps ``seg``'s last."""
-    return seg.written >= len(seg.tokens) - 1 and all(s.written == len(s.tokens) for s in seg.path()[:-1])
-
-
 def on_device(device: torch.device) -> ContextManager[object]:
     """``device`` made the current CUDA device for the block (nothing on the CPU): Triton launches
     and CUDA-graph captures go to the current device, so a model on ``cuda:1`` while another GPU
@@ -247,7 +242,7 @@ class Engine:
             # Step 0 runs on the fixed buffers too when every parent path has its KV but for perhaps
             # the parent's last token (a branch that just finished); else one general forward
             # computes the missing KV (a prompt's prefill) and step 0's logits.
-            if still and not (self.fast_decode and all(_kv_but_last(r.parent) for r in requests)):
+            if still and not (self.fast_decode and all(r.parent.has_kv_but_last() for r in requests)):
                 logits = self.forward([(r.parent, len(r.parent.tokens) - 1) for r in requests])
                 packed = sample_packed(
                     logits, [r.sampling for r in requests], [r.seed for r in requests], [0] * len(requests), fused=fused

@@ -44,6 +44,10 @@ class Segment:
             self._slot_array = np.asarray(self.slots, dtype=np.int64)
         return self._slot_array
 
+    def has_kv_but_last(self) -> bool:
+        """Whether every token on this segment's path has its KV, except perhaps its own last."""
+        return self.written >= len(self.tokens) - 1 and all(s.written == len(s.tokens) for s in self.path()[:-1])
+
     def path(self) -> list[Segment]:
         out: list[Segment] = []
         seg: Segment | None = self

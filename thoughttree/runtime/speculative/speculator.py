@@ -153,6 +153,12 @@ class Speculator:
         for spec in list(by_spec):
             if spec.adaptive and not self.costs.setdefault(spec, CostModel()).worth_drafting(len(still)):
                 del by_spec[spec]  # its branches decode plainly this step, the drafter not even asked
+        if (
+            not by_spec
+            and engine.fast_decode
+            and all(outs[i].tokens or requests[i].parent.has_kv_but_last() for i in still)
+        ):
+            return still, False  # nothing to verify: the plain decode steps take over at once
         candidates: dict[int, tuple[Speculative, DraftTree, list[int]]] = {}
         for spec, members in by_spec.items():
             t0 = time.perf_counter()
