@@ -337,18 +337,20 @@ def test_cost_model_learns_that_unsure_drafts_are_kept():
 
 def test_a_score_bin_not_measured_yet_leans_on_its_depth():
     """Drafts never kept at depth 1 in one score bin make a node of another score at depth 1
-    unlikely too, long before that bin has measurements of its own; other depths keep the prior."""
+    unlikely too, long before that bin has measurements of its own, and deeper nodes no likelier
+    (a node is kept only after its parent)."""
     from thoughttree.runtime.speculative import CostModel
 
     cost = CostModel()
-    fresh = cost.acceptance(0.5, 1)
+    fresh = [cost.acceptance(0.5, d) for d in (1, 2, 3)]
+    assert fresh[0] > fresh[1] > fresh[2] > 0.1
     for _ in range(30):
         cost.record_acceptance([0.95], [1], [False])
-    assert cost.acceptance(0.5, 1) < 0.1 < fresh
-    assert cost.acceptance(0.5, 2) == pytest.approx(CostModel().acceptance(0.5, 2))
+    assert cost.acceptance(0.5, 1) < 0.1 < fresh[0]
+    assert cost.acceptance(0.95, 3) <= cost.acceptance(0.95, 2) < 0.1
     for _ in range(200):  # a bin measured well goes by its own count
-        cost.record_acceptance([0.5], [1], [True])
-    assert cost.acceptance(0.5, 1) > 0.95
+        cost.record_acceptance([0.5, 0.5], [1, 2], [True, True])
+    assert cost.acceptance(0.5, 1) > 0.95 and cost.acceptance(0.5, 2) > 0.5
 
 
 def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir):

@@ -6,14 +6,17 @@ node's chance of being kept is read from measured acceptance, binned by the node
 its draft score (drafters' scores are only roughly probabilities: a random small model is
 unsure of tokens it gets right, a lookup sure of ones it gets wrong). A bin with few
 measurements leans on its depth's acceptance over all scores, and that on a prior, so a drafter
-whose drafts are rarely kept is not trusted again in each score bin it has not been seen in. Each step, draft nodes are taken best first, across all branches, while
-they raise the expected tokens per second: a node of acceptance ``p`` is worth its row when
-``p * time > per_row * tokens``, with ``tokens`` and ``time`` the step's expected totals so far.
-So when drafts are rarely kept or rows are dear, branches stop drafting and a step costs what a
-plain one does. Plain decode steps also overlap the host's work with the GPU's, which a
-verification step cannot: the time that saves is measured (:meth:`record_plain`) and a draft
-must pay for it too. On the decode buffers a step verifies chains in whole levels, a row per branch
-each (:meth:`levels`): there the number of levels is chosen the same way, a level at a time.
+whose drafts are rarely kept is not trusted again in each score bin it has not been seen in; and
+no depth is expected to keep more than the depth above it.
+
+Each step, draft nodes are taken best first, across all branches, while they raise the expected
+tokens per second: a node of acceptance ``p`` is worth its row when ``p * time > per_row *
+tokens``, with ``tokens`` and ``time`` the step's expected totals so far. So when drafts are
+rarely kept or rows are dear, branches stop drafting and a step costs what a plain one does.
+Plain decode steps also overlap the host's work with the GPU's, which a verification step
+cannot: the time that saves is measured (:meth:`record_plain`) and a draft must pay for it too.
+On the decode buffers a step verifies a node count for every branch, a row per branch each
+(:meth:`levels`): there the count is chosen the same way, one node of each branch at a time.
 """
 
 from __future__ import annotations
@@ -83,17 +86,23 @@ class CostModel:
         self._kept = [x * d for x in self._kept]
 
     def acceptance(self, score: float, depth: int) -> float:
-        """The estimated chance that a node of this draft score and depth is kept."""
+        """The estimated chance that a node of this draft score and depth is kept (never above
+        the chance that a node one level up is: a node is kept only after its parent)."""
         b = _bin(score, depth)
         w = self._prior_weight
-        return (self._kept[b] + self._depth_rate(depth) * w) / (self._seen[b] + w)
+        p = (self._kept[b] + self._depth_rate(depth) * w) / (self._seen[b] + w)
+        return min(p, self._depth_rate(depth - 1)) if depth > 1 else p
 
     def _depth_rate(self, depth: int) -> float:
-        """Acceptance at ``depth`` over every score bin, leaning on the prior while few are measured."""
-        row = min(depth, _DEPTHS) * (len(_EDGES) + 1)
-        bins = slice(row, row + len(_EDGES) + 1)
-        w = self._prior_weight
-        return (sum(self._kept[bins]) + self._prior ** min(depth, _DEPTHS) * w) / (sum(self._seen[bins]) + w)
+        """Acceptance at ``depth`` over every score bin, leaning on the prior while few are
+        measured, and never above the rate of the depths before it."""
+        w, width = self._prior_weight, len(_EDGES) + 1
+        rate = 1.0
+        for d in range(1, min(depth, _DEPTHS) + 1):
+            bins = slice(d * width, (d + 1) * width)
+            raw = (sum(self._kept[bins]) + self._prior**d * w) / (sum(self._seen[bins]) + w)
+            rate = min(rate, raw)
+        return rate
 
     def line(self) -> tuple[float, float]:
         """(fixed, per_row) seconds; per_row falls back to a share of the fixed cost until rows vary."""
