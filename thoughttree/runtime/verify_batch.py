@@ -226,24 +226,39 @@ class VerifyBatch:
         start: Sequence[int],
         ups: Sequence[list[int]],
     ) -> None:
-        """Write each row's window (rows ``at``, branch by branch; ``tail_base`` [R]: where each
-        row's window starts): its branch's tokens before the step, then the slots of its node's
-        ancestors and its own."""
-        index: list[np.ndarray] = []
-        value: list[np.ndarray] = []
-        rows = iter(at)
-        for seg, n, up in zip(segs, start, ups):
-            slots = np.asarray(seg.slots, dtype=np.int64)
-            paths: list[list[int]] = [[]]  # paths[k + 1]: positions after n-1 on the path to node k
-            for k, p in enumerate(up):
-                paths.append([*paths[p + 1], n + k])
-            for path in paths:
-                r = next(rows)
-                lo = min(int(self._valid[r]), n)
-                index.append(tail_base[r] + np.arange(lo, n + len(path)))
-                value.append(np.concatenate([slots[lo:n], slots[path]]))
-                self._valid[r] = n
-        self.arena.put_slots(np.concatenate(index), np.concatenate(value))
+        """Write each row's window (rows ``at``, branch by branch, each branch's newest token
+        first; ``tail_base`` [R]: where each row's window starts): its branch's tokens before the
+        step, then the slots of its node's ancestors and its own."""
+        counts = np.array([len(u) + 1 for u in ups])
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each branch's first row, in ``at`` order
+        branch = np.repeat(np.arange(len(segs)), counts)
+        n = np.repeat(np.asarray(start, dtype=np.int64), counts)
+        node = np.arange(counts.sum()) - first[branch] - 1  # -1: the branch's newest token
+        parent = np.concatenate([[-1, *(f + 1 + np.asarray(u, dtype=np.int64))] for f, u in zip(first, ups)])
+        depth = np.concatenate([[0, *_depths(u)] for u in ups]).astype(np.int64)
+        rows = np.asarray(at, dtype=np.int64)
+        lo = np.minimum(self._valid[rows], n)
+        # path[r, j]: the position in its segment of row r's ancestor at depth j + 1 (its own at the last).
+        path = np.zeros((len(rows), max(1, int(depth.max()))), dtype=np.int64)
+        cur = np.arange(len(rows))
+        while (live := cur >= 0).any():
+            has = live & (depth[np.maximum(cur, 0)] > 0)
+            here = cur[has]
+            path[has, depth[here] - 1] = n[has] + node[here]
+            cur = np.where(has, parent[np.maximum(cur, 0)], -1)
+        # The slots each branch may need, from the least any of its rows already holds.
+        least = np.minimum.reduceat(lo, first)
+        pieces = [
+            np.asarray(seg.slots[a : m + len(u) + 1], dtype=np.int64) for seg, a, m, u in zip(segs, least, start, ups)
+        ]
+        offset = np.concatenate([[0], np.cumsum([len(x) for x in pieces])[:-1]]) - least
+        total = n + depth - lo  # window offsets lo .. n + depth - 1 of each row
+        rr = np.repeat(np.arange(len(rows)), total)
+        o = np.arange(total.sum()) - np.repeat(np.cumsum(total) - total, total) + lo[rr]
+        at_path = path[rr, np.clip(o - n[rr], 0, path.shape[1] - 1)]
+        slots = np.concatenate(pieces)[offset[branch[rr]] + np.where(o < n[rr], o, at_path)]
+        self.arena.put_slots(tail_base[rows[rr]] + o, slots)
+        self._valid[rows] = n
 
 
 def _parents(given: Sequence[int] | None, count: int) -> list[int]:
