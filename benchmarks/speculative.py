@@ -198,6 +198,7 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         "acceptance",
         "tokens/forward",
         "draft nodes/branch/step",
+        "captures, plans",
     ):
         table.add_column(col, justify="right")
     drafters = [("off", None), ("lookup", "lookup"), ("random small model", DraftModel(small))]
@@ -224,6 +225,8 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
                         lm.stats.accepted_tokens,
                         lm.stats.draft_tokens,
                         lm.stats.speculative_steps,
+                        lm.stats.graph_captures,
+                        lm.stats.plan_builds,
                     )
                     tree = ThoughtTree(lm, prompt=prompt, seed=1)
                     tree.materialize()
@@ -248,6 +251,7 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
                     f"{(lm.stats.accepted_tokens - s0[2]) / max(1, lm.stats.draft_tokens - s0[3]):.2f}",
                     f"{gen / max(1, lm.stats.forward_steps - s0[1]):.2f}",
                     f"{(lm.stats.draft_tokens - s0[3]) / max(1, steps * branches):.2f}",
+                    f"{lm.stats.graph_captures - s0[5]}, {lm.stats.plan_builds - s0[6]}",
                 )
     console.print(table)
 
