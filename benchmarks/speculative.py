@@ -204,8 +204,31 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     drafters = [("off", None), ("lookup", "lookup"), ("random small model", DraftModel(small))]
     if twin is not None:
         drafters.append(("the target itself", DraftModel(twin)))
+
+    def expand(spec: Speculative | None, branches: int) -> tuple[float, tuple[int, ...]]:
+        """Seconds of one expansion of ``branches`` children, and the stats it moved."""
+        sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
+        keys = (
+            "generated_tokens",
+            "forward_steps",
+            "accepted_tokens",
+            "draft_tokens",
+            "speculative_steps",
+            "graph_captures",
+            "plan_builds",
+        )
+        s0 = [getattr(lm.stats, k) for k in keys]
+        tree = ThoughtTree(lm, prompt=prompt, seed=1)
+        tree.materialize()
+        sync()
+        t0 = time.perf_counter()
+        tree.expand([tree.root], n=branches, sampling=sampling)
+        sync()
+        dt = time.perf_counter() - t0
+        tree.release_kv()
+        return dt, tuple(getattr(lm.stats, k) - a for k, a in zip(keys, s0))
+
     for branches in args.branches:
-        base = first_base = 0.0
         for name, drafter in drafters:
             # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
             for shape in ("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",):
@@ -214,44 +237,29 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
                     if drafter is None
                     else Speculative(drafter=drafter, shape=shape.split(",")[0], adaptive=not shape.endswith("full"))
                 )
-                sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
                 # The first call also captures graphs and plans for new row counts, and the cost
-                # model starts from its priors; the second is what later calls of a search cost.
-                rates = []
-                for _ in range(2):
-                    s0 = (
-                        lm.stats.generated_tokens,
-                        lm.stats.forward_steps,
-                        lm.stats.accepted_tokens,
-                        lm.stats.draft_tokens,
-                        lm.stats.speculative_steps,
-                        lm.stats.graph_captures,
-                        lm.stats.plan_builds,
-                    )
-                    tree = ThoughtTree(lm, prompt=prompt, seed=1)
-                    tree.materialize()
-                    sync()
-                    t0 = time.perf_counter()
-                    tree.expand([tree.root], n=branches, sampling=sampling)
-                    sync()
-                    dt = time.perf_counter() - t0
-                    tree.release_kv()
-                    gen = lm.stats.generated_tokens - s0[0]
-                    rates.append(gen / dt)
-                steps = lm.stats.speculative_steps - s0[4]
-                if drafter is None:
-                    first_base, base = rates
+                # model starts from its priors; the calls after it are what later calls of a search
+                # cost, each timed right after one without speculation on the same buffers.
+                first, _ = expand(spec, branches)
+                first_off, _ = expand(None, branches)
+                pairs = []
+                for _ in range(3):
+                    off, _ = expand(None, branches)
+                    on, moved = expand(spec, branches)
+                    pairs.append((off, on, moved))
+                off, on, moved = sorted(pairs, key=lambda p: p[1] / p[0])[1]  # the median ratio
+                gen, forwards, accepted, drafted, steps, captures, plans = moved
                 table.add_row(
                     str(branches),
                     name,
                     shape,
-                    f"{rates[1]:.0f}",
-                    f"{rates[1] / base:.2f}",
-                    f"{rates[0] / first_base:.2f}",
-                    f"{(lm.stats.accepted_tokens - s0[2]) / max(1, lm.stats.draft_tokens - s0[3]):.2f}",
-                    f"{gen / max(1, lm.stats.forward_steps - s0[1]):.2f}",
-                    f"{(lm.stats.draft_tokens - s0[3]) / max(1, steps * branches):.2f}",
-                    f"{lm.stats.graph_captures - s0[5]}, {lm.stats.plan_builds - s0[6]}",
+                    f"{gen / on:.0f}",
+                    f"{off / on:.2f}",
+                    f"{first_off / first:.2f}",
+                    f"{accepted / max(1, drafted):.2f}",
+                    f"{gen / max(1, forwards):.2f}",
+                    f"{drafted / max(1, steps * branches):.2f}",
+                    f"{captures}, {plans}",
                 )
     console.print(table)
 
