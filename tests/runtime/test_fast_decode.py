@@ -314,26 +314,6 @@ def test_stats_describe_the_buffers_held_after_a_forward_replaces_them(model_dir
                                                        lm.engine.arena.buffer_bytes + lm.engine.arena.graph_bytes)
 
 
-def test_a_small_run_after_a_large_one_launches_only_its_own_items(model_dir) -> None:
-    """Loaded after a run over many nodes, a one-branch run launches programs for its own work
-    items (rounded up to a power of two), not for the buffers' whole capacity, and draws the
-    same tokens as in buffers of its own size."""
-    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
-    lm, fresh = _lm(model_dir, fast=True), _lm(model_dir, fast=True)
-    big = ThoughtTree(lm, prompt=PROMPT, seed=0)
-    kids = big.expand([big.root], n=3, sampling=greedy)[0]
-    big.expand(kids, n=4, sampling=greedy)
-    wide = lm.engine.arena
-    got = []
-    for x in (lm, fresh):
-        tree = ThoughtTree(x, prompt=PROMPT, seed=1)
-        got.append(tree.expand([tree.root], n=1, sampling=greedy)[0][0].tokens)
-    assert lm.engine.arena is wide and sum(wide.grid) < sum(wide.cap.items)
-    assert all(g <= n and (g & (g - 1)) == 0 for g, n in zip(wide.grid, wide.cap.items))
-    assert got[0] == got[1]
-    lm.check_integrity(big)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
