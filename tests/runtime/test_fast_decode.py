@@ -314,6 +314,27 @@ def test_stats_describe_the_buffers_held_after_a_forward_replaces_them(model_dir
                                                        lm.engine.arena.buffer_bytes + lm.engine.arena.graph_bytes)
 
 
+def test_a_small_run_after_a_large_one_launches_only_its_own_items(model_dir) -> None:
+    """Loaded after a run over many nodes, a one-branch run launches programs for its own work
+    items (rounded up to a power of two), not for the buffers' whole capacity, and draws the
+    same tokens as in buffers of its own size."""
+    greedy = Sampling(max_tokens=4, temperature=0, ignore_eos=True)
+    lm, fresh = _lm(model_dir, fast=True), _lm(model_dir, fast=True)
+    for x in (lm, fresh):
+        x.engine.decode_work_config = WorkConfig(fold_tail=0)  # each branch's tail is an item of its own
+    big = ThoughtTree(lm, prompt=PROMPT, seed=0)
+    big.expand([big.root], n=24, sampling=greedy)
+    wide = lm.engine.arena
+    got = []
+    for x in (lm, fresh):
+        tree = ThoughtTree(x, prompt=PROMPT, seed=1)
+        got.append(tree.expand([tree.root], n=1, sampling=greedy)[0][0].tokens)
+        x.check_integrity(tree, *([big] if x is lm else []))
+    assert lm.engine.arena is wide and sum(wide.grid) < sum(wide.cap.items)
+    assert all(g <= n and (g & (g - 1)) == 0 for g, n in zip(wide.grid, wide.cap.items))
+    assert got[0] == got[1]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_graphs_equal_eager_fixed_steps_and_bounded_buckets(model_dir) -> None:
@@ -378,7 +399,7 @@ def test_a_new_row_bucket_is_captured_without_a_warm_up(model_dir, monkeypatch) 
         if graphs:
             arena = lm.engine.arena
             assert len(arena.graphs) == 2 and warm_ups.count(True) <= 1 and warm_ups.count(False) >= 1
-            assert arena.last_graph is arena.graphs[row_bucket(2)][0]  # the last step's, not the largest bucket's
+            assert arena.last_graph is arena.graphs[row_bucket(2), arena.grid][0]  # the last step's, not the largest bucket's
     assert runs[0] == runs[1]
 
 

@@ -16,6 +16,10 @@ scratch slot and are never read. The same buffers run a general forward of a few
 prefill of value prompts, ``tree_logits``): its work loaded like a decode run's without tails,
 the logits of chosen rows out, a graph per bucket of rows and of those rows. An engine replaces
 its arena with a larger one when a run needs more room (every graph is captured again then).
+Each tile class launches as many programs as the loaded work has items of it, rounded up to a
+power of two (not the class's whole capacity, whose surplus programs would find no item and
+still cost their start-up, so that a small run after a large one in the same arena costs what
+it costs alone); graphs are kept per row bucket and these launch sizes.
 Only the first capture of each kind, per layout of tile classes, runs an eager warm-up first.
 Every graph of an engine writes its logits into one buffer the engine owns (a graph's own output
 would stay allocated as long as the graph), and a bucket whose capture fails runs eagerly
@@ -24,6 +28,7 @@ would stay allocated as long as the graph), and a bucket whose capture fails run
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -64,7 +69,9 @@ class DecodeArena:
         # warms up cuBLAS and loads the kernels; later buckets may load a kernel variant inside
         # the capture (CUDA 12.3 on allows it) instead of paying an eager step each.
         self.warmed = warmed if warmed is not None else set()
-        self._layout = (shapes, tuple(sorted(config.launch.items())), tuple(n > 0 for n in cap.items))
+        self._launch_key = tuple(sorted(config.launch.items()))
+        self.grid = tuple(cap.items)  # programs per tile class of the loaded work (0: not launched)
+        self._layout = (shapes, self._launch_key, tuple(n > 0 for n in self.grid))
         # The arena's graphs share one memory pool, which lives as long as they do.
         self.mempool = capture.pool() if capture is not None else None
         self.replayed = False  # whether the last step replayed a graph
@@ -76,11 +83,8 @@ class DecodeArena:
         self._host_meta = torch.zeros(total, dtype=torch.int32, pin_memory=dev.type == "cuda")
         # Classes launch in shape order (16-row tail pieces first), fixed for the graphs: steps
         # timed with the widest class first were no faster (BENCHMARKS, "the longest launch first").
-        classes, first = [], 0
-        for tile, n in zip(shapes, cap.items):
-            if n:
-                classes.append(TileClass(tile, first, n))
-            first += n
+        self._regions = [(tile, first) for tile, first in zip(shapes, np.cumsum([0, *cap.items[:-1]]).tolist())]
+        classes = [TileClass(tile, first, n) for (tile, first), n in zip(self._regions, cap.items) if n]
         self.work = WorkPlan(
             slots=buf.slots, items=buf.items, q_perm=buf.q_perm, q_node=buf.q_node, q_vis=buf.q_vis,
             merge_offsets=buf.merge_offsets, merge_rows=buf.merge_rows,
@@ -115,8 +119,9 @@ class DecodeArena:
         # CUDA for the device count on every call, a host cost paid per step.
         self._cuda = (dev.index if dev.index is not None else torch.cuda.current_device()) if pinned else None
         self._turn = 0
-        self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}  # decode steps, by row bucket
-        self.row_graphs: dict[tuple[int, int], tuple[Graph, torch.Tensor]] = {}  # general forwards
+        # Decode steps by (row bucket, grid), general forwards by ((row bucket, target bucket), grid).
+        self.graphs: dict[tuple[object, tuple[int, ...]], tuple[Graph, torch.Tensor]] = {}
+        self.row_graphs: dict[tuple[object, tuple[int, ...]], tuple[Graph, torch.Tensor]] = {}
         self.graph_bytes = 0
         self.write_slots = self.step_in[2]
         self.num_write = 0
@@ -141,6 +146,11 @@ class DecodeArena:
             start = self._places[name].start
             host_meta[start : start + a.size] = a
         self.buffers.meta.copy_(self._host_meta, non_blocking=True)
+        counts = np.bincount(work.host.item_class, minlength=len(self.cap.items))
+        self.grid = tuple(min(n, 1 << (int(c) - 1).bit_length()) if c else 0 for n, c in zip(self.cap.items, counts))
+        classes = tuple(TileClass(tile, first, g) for (tile, first), g in zip(self._regions, self.grid) if g)
+        self.work = dataclasses.replace(self.work, classes=classes)
+        self._layout = (self.shapes, self._launch_key, tuple(g > 0 for g in self.grid))
 
     def put_slots(self, index: np.ndarray, slots: np.ndarray) -> None:
         """Write ``slots`` [n] at ``index`` [n] of the loaded work's slot array before the next
@@ -184,24 +194,26 @@ class DecodeArena:
         return b
 
     def _run(
-        self, graphs: dict, key: object, b: int, forward: Callable[[], torch.Tensor],
+        self, graphs: dict, bucket: object, b: int, forward: Callable[[], torch.Tensor],
         eager: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``forward()`` of ``b`` rows, replayed from ``graphs[key]`` (captured the first time)
-        when graphs are on and ``b`` is small enough, else ``eager()`` (default: ``forward()``).
-        A capture that raises leaves that bucket eager (the forward rewrites the same KV and
-        draws the same tokens, so nothing is lost)."""
+        """``forward()`` of ``b`` rows, replayed from the graph of ``bucket`` and the loaded
+        work's launch sizes (captured the first time) when graphs are on and ``b`` is small
+        enough, else ``eager()`` (default: ``forward()``). A capture that raises leaves that
+        bucket eager (the forward rewrites the same KV and draws the same tokens, so nothing is
+        lost)."""
         kind = "decode step" if graphs is self.graphs else "general forward"
-        self.replayed = self.use_graphs and b <= self.max_graph_rows and not self.failures.failed(kind, key)
+        self.replayed = self.use_graphs and b <= self.max_graph_rows and not self.failures.failed(kind, bucket)
         eager = eager or forward
         if not self.replayed:
             return eager()
+        key = (bucket, self.grid)
         if key not in graphs:
             warm = (graphs is self.graphs, self._layout)
             try:
                 graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
             except Exception as error:  # noqa: BLE001 - any failed capture falls back the same way
-                self.failures.record(kind, key, error)
+                self.failures.record(kind, bucket, error)
                 self.replayed = False
                 return eager()
             self.warmed.add(warm)
