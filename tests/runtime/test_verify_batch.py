@@ -130,9 +130,10 @@ def test_chain_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir) -> 
             (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens, lm.stats.plan_builds), before
         )
     )
-    # Every step after the first verifies on the fixed buffers; drafts were kept; the tree was
-    # planned for the first step and at most once per level count (0-2) after it, not per step.
-    assert fast == spec - 1 and accepted > 0 and fast > 0
+    # Every step verifies on the fixed buffers, the first one included (the prompt's KV is
+    # stored); drafts were kept; the tree was planned up front and at most once per level count
+    # (0-2), not per step.
+    assert fast == spec and accepted > 0 and fast > 0
     assert plans <= 1 + 3 < spec
 
 
@@ -173,10 +174,38 @@ def test_tree_drafts_verified_on_fixed_buffers_keep_plain_tokens(model_dir, shap
     fast, steps, accepted = (
         a - b for a, b in zip((lm.stats.fast_steps, lm.stats.forward_steps, lm.stats.accepted_tokens), before)
     )
-    # Each of the two calls has its prefill and a general first step; every step after them runs
-    # on the fixed buffers (verifying trees, or plain where no branch has room left to draft),
-    # and paths were kept (each through a node after its decoy sibling, so its KV was moved).
-    assert fast == steps - 4 and accepted > 0
+    # Each of the two calls has its prefill; every step after it runs on the fixed buffers, the
+    # first one included (verifying trees, or plain where no branch has room left to draft), and
+    # paths were kept (each through a node after its decoy sibling, so its KV was moved).
+    assert fast == steps - 2 and accepted > 0
+
+
+@pytest.mark.parametrize("shape", ["chain", "dynamic"])
+def test_a_first_step_on_the_fixed_buffers_writes_each_parents_last_kv_once(model_dir, shape: str) -> None:
+    """Children of just-decoded nodes (whose last token has no KV yet), three per parent: the
+    speculating call's first step runs on the fixed buffers too, one row per parent writes that
+    token's KV, and the children are those of plain decoding."""
+    lm = _lm(model_dir)
+    first = Sampling(max_tokens=5, temperature=1.0, ignore_eos=True)
+    then = Sampling(max_tokens=9, temperature=1.0, ignore_eos=True)
+    grown = []
+    for drafter in (None, "scripted"):
+        tree = ThoughtTree(lm, prompt=PROMPT, seed=4)
+        prefill_on_pytorch(lm, tree, [tree.root])
+        kids = tree.expand([tree.root], n=2, sampling=first)[0]
+        assert all(k.kv.written < len(k.kv.tokens) for k in kids)
+        sampling = then
+        if drafter is not None:
+            truth = [t for t in grown[0]]
+            sampling = _speculating([then], Scripted(truth, lm.model.cfg.vocab_size), depth=3, nodes=4, shape=shape)[0]
+        before = (lm.stats.fast_steps, lm.stats.forward_steps)
+        grand = tree.expand(kids, n=3, sampling=sampling)
+        fast, steps = lm.stats.fast_steps - before[0], lm.stats.forward_steps - before[1]
+        assert fast == steps  # no general forward, the first step included
+        grown.append([g.tokens for gs in grand for g in gs])
+        lm.check_integrity(tree)
+        tree.release_kv()
+    assert grown[0] == grown[1]
 
 
 def test_a_batch_for_chains_refuses_a_tree(model_dir) -> None:

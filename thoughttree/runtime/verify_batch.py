@@ -43,8 +43,9 @@ PLACEHOLDER = -1  # the slot of the token a step emits after the drafts it keeps
 
 class VerifyBatch:
     """Fixed-buffer verification steps for ``requests`` (the engine's request numbers ``ids``)
-    whose generated segments ``tails`` hold at least one token each, with drafts of at most
-    ``depth`` tokens per branch."""
+    whose generated segments are ``tails``, with drafts of at most ``depth`` nodes per branch. A
+    segment still empty (the call's first step) verifies after its parent's last token, whose KV
+    the step writes if the parent lacks it, as plain decoding's first step does."""
 
     def __init__(
         self,
@@ -55,8 +56,6 @@ class VerifyBatch:
         depth: int,
         tree: bool = False,
     ) -> None:
-        if any(not t.tokens for t in tails):
-            raise ValueError("verification on the decode buffers starts after each branch's first token")
         self.engine, self.ids, self.requests, self.tails = engine, list(ids), list(requests), list(tails)
         self.depth, self.tree = depth, tree
         self.row_of = {i: b for b, i in enumerate(self.ids)}
@@ -183,11 +182,21 @@ class VerifyBatch:
         slot_list: list[int] = []
         position_list: list[int] = []
         length_list: list[int] = []
+        scratch = kv.pool.scratch_slot
+        lacking: dict[int, Segment] = {}  # parents whose last token's KV this step writes
         for i, seg, n, draft, up in zip(ids, segs, start, kept, ups):
             b, j = self.row_of[i], len(draft)
             at += range(b, b + (j + 1) * b_all, b_all)
-            token_list += seg.tokens[n - 1 : n + j]
-            slot_list += seg.slots[n - 1 : n + j]
+            if n:
+                token_list += seg.tokens[n - 1 : n + j]
+                slot_list += seg.slots[n - 1 : n + j]
+            else:  # the first step: the parent's last token, its KV written by one row per parent
+                p = self.requests[b].parent
+                token_list += [p.tokens[-1], *seg.tokens[:j]]
+                slot_list += [p.slots[-1] if p.written < len(p.tokens) and p.id not in lacking else scratch]
+                slot_list += seg.slots[:j]
+                if p.written < len(p.tokens):
+                    lacking[p.id] = p
             depth = [0, *_depths(up)]
             position_list += [seg.start + n - 1 + d for d in depth]
             length_list += [n + d for d in depth]
@@ -200,6 +209,8 @@ class VerifyBatch:
         tokens[at], positions[at], slots[at], tail_lens[at] = token_list, position_list, slot_list, length_list
         held = self.arena.num_graphs
         logits = self.arena.step(inputs)
+        for p in lacking.values():
+            p.written = len(p.tokens)
         stats = engine.stats
         stats.forward_steps += 1
         stats.fast_steps += 1

@@ -11,10 +11,11 @@ same finish checks as plain decoding one by one (EOS, stop tokens, stop strings,
 finish inside an accepted run cuts it at the same token. The KV of kept draft tokens is copied
 into the branch's own segment and every draft segment is released before the step returns.
 
-Once every branch has its first token, steps verify on the decode buffers instead
-(:class:`VerifyBatch`, a CUDA graph per row bucket on a GPU): the drafts go straight into the
-branches' own segments, a row per draft node, and the KV of a kept path that is not already at
-the front of them is moved there.
+With the Triton kernels, once every branch's parent path has its KV (all but perhaps the
+parent's last token: every step but a prompt's prefill), steps verify on the decode buffers
+instead (:class:`VerifyBatch`, a CUDA graph per row bucket on a GPU): the drafts go straight into
+the branches' own segments, a row per draft node, and the KV of a kept path that is not already
+at the front of them is moved there.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class Speculator:
             seconds = time.perf_counter() - t0
             self.costs.setdefault(spec, CostModel()).record_draft(seconds)
             stats.draft_seconds += seconds
-        if self._on_fixed_buffers(still, outs, candidates):
+        if self._on_fixed_buffers(requests, still, outs, candidates):
             return self._fixed_step(requests, outs, ends, specs, drafters, still, by_spec, candidates)
         for spec, members in by_spec.items():
             proposed = [candidates[i][1] for i in members]
@@ -231,11 +232,18 @@ class Speculator:
         return nxt, bool(by_spec)
 
     def _on_fixed_buffers(
-        self, still: list[int], outs: list[Decoded], candidates: dict[int, tuple[Speculative, DraftTree, list[int]]]
+        self,
+        requests: Sequence[DecodeRequest],
+        still: list[int],
+        outs: list[Decoded],
+        candidates: dict[int, tuple[Speculative, DraftTree, list[int]]],
     ) -> bool:
-        """Whether this step verifies on the decode buffers: every branch past its first token,
-        and every draft a chain unless the call's batch takes trees."""
-        if not self.engine.fast_decode or any(not outs[i].tokens for i in still):
+        """Whether this step verifies on the decode buffers: every branch past its first token or
+        its parent's KV stored (but perhaps for its last token), and every draft a chain unless
+        the call's batch takes trees."""
+        if not self.engine.fast_decode:
+            return False
+        if any(not outs[i].tokens and not requests[i].parent.has_kv_but_last() for i in still):
             return False
         if self._tree:
             return True
