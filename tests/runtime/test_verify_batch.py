@@ -20,7 +20,10 @@ import torch
 from tiny_models import make_model, prefill_on_pytorch
 from thoughttree import LM, RuntimeConfig, Sampling, Speculative, ThoughtTree
 from thoughttree.runtime.engine import DecodeRequest
-from thoughttree.runtime.speculative import Branch, CostModel, DraftTree
+from thoughttree.runtime.speculative import Branch, CostModel, DraftModel, DraftTree
+from thoughttree.search.driver import search
+from thoughttree.strategies import BFS
+from thoughttree.tasks import Task, TaskConfig, Verifier
 
 CUDA = torch.cuda.is_available()
 PROMPT = list(range(3, 16))
@@ -206,6 +209,49 @@ def test_a_first_step_on_the_fixed_buffers_writes_each_parents_last_kv_once(mode
         lm.check_integrity(tree)
         tree.release_kv()
     assert grown[0] == grown[1]
+
+
+class Digits(Task):
+    """Continue a numbers prompt, each node valued by the digits on its path (no model call)."""
+
+    def __init__(self, sampling: Sampling) -> None:
+        self.config = TaskConfig(sampling=sampling)
+
+    def prompt(self, problem: str) -> str:
+        return f"Use {problem} to make 24.\n"
+
+    def evaluator(self) -> Verifier:
+        return Verifier(lambda problem, node: sum(ch.isdigit() for ch in node.path_text(include_root=False)) / 10)
+
+    def is_terminal(self, problem: str, node) -> bool:
+        return node.depth >= 2
+
+    def answer(self, problem: str, node) -> str | None:
+        return node.path_text(include_root=False).strip() or None
+
+
+def test_a_search_verifying_on_the_fixed_buffers_returns_the_plain_tree(model_dir) -> None:
+    """BFS with every expansion's draft trees verified on the decode buffers, drafted by the
+    target's own weights on the PyTorch layers: the tree is the one plain decoding grows."""
+    lm = _lm(model_dir)
+    twin = LM.from_pretrained(
+        model_dir, device="cpu", dtype="float16", runtime=RuntimeConfig(page_size=4, num_pages=1024)
+    )
+    task = Digits(Sampling(max_tokens=6, temperature=0.0, ignore_eos=True))
+    plain = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="4 5 6 10", seed=2).tree
+    before = (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens)
+    lm.speculative = Speculative(drafter=DraftModel(twin), shape="dynamic", adaptive=False, max_depth=3, max_nodes=4)
+    drafted = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="4 5 6 10", seed=2).tree
+    lm.speculative = None
+    fast, spec, accepted = (
+        a - b for a, b in zip((lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens), before)
+    )
+    assert [(n.parent.id if n.parent else -1, n.tokens) for n in drafted.nodes] == [
+        (n.parent.id if n.parent else -1, n.tokens) for n in plain.nodes
+    ]
+    # The plain tree holds the prompt's KV, so every step ran on the fixed buffers, the first ones included.
+    assert spec > 0 and fast == spec and accepted > 0
+    lm.check_integrity(plain, drafted)
 
 
 def test_a_batch_for_chains_refuses_a_tree(model_dir) -> None:
