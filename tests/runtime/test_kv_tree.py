@@ -179,6 +179,22 @@ def test_append_each_takes_a_page_where_one_is_full_and_changes_nothing_when_sho
     assert pool.num_used == 0
 
 
+def test_slot_array_follows_a_segment_cut_and_grown_back_onto_other_pages() -> None:
+    pool = KVPool(1, 8, PAGE, 1, 8, dtype=torch.float32, device="cpu")
+    kv = KVTree(pool)
+    root = kv.insert(None, [1, 2, 3])
+    seg, other = kv.open_child(root), kv.open_child(root)
+    kv.extend(seg, list(range(2 * PAGE)))
+    before = seg.slot_array.copy()
+    kv.truncate(seg, PAGE)  # frees the second page
+    kv.extend(other, [5])  # which the other segment takes
+    kv.extend(seg, list(range(PAGE)))  # back to the same length, on another page
+    assert seg.slot_array.tolist() == seg.slots and seg.slots[PAGE:] != before[PAGE:].tolist()
+    for s in (seg, other, root):
+        kv.release(s)
+    kv.check_integrity()
+
+
 @pytest.mark.parametrize("keep", [0, 1, 3, 4, 5, 9])
 def test_truncate_keeps_the_first_tokens_and_frees_only_pages_they_leave(keep: int) -> None:
     pool = KVPool(1, 8, PAGE, 1, 8, dtype=torch.float32, device="cpu")

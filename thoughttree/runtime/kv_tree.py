@@ -177,6 +177,7 @@ class KVTree:
             if page != kept:
                 self.pool.release(page)
         del seg.tokens[length:], seg.slots[length:]
+        seg._slot_array = None  # grown back to this length, it may hold other slots
         seg.written = min(seg.written, length)
 
     def _split(self, seg: Segment, k: int) -> Segment:
