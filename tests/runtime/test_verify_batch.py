@@ -230,13 +230,13 @@ class Digits(Task):
         return node.path_text(include_root=False).strip() or None
 
 
-def test_a_search_verifying_on_the_fixed_buffers_returns_the_plain_tree(model_dir) -> None:
+def test_a_search_verifying_on_the_fixed_buffers_returns_the_plain_tree(arch_model_dir) -> None:
     """BFS with every expansion's draft trees verified on the decode buffers, drafted by the
-    target's own weights on the PyTorch layers: the tree is the one plain decoding grows."""
-    lm = _lm(model_dir)
-    twin = LM.from_pretrained(
-        model_dir, device="cpu", dtype="float16", runtime=RuntimeConfig(page_size=4, num_pages=1024)
-    )
+    target's own weights on the PyTorch layers: the tree is the one plain decoding grows, on
+    every supported architecture."""
+    path = arch_model_dir[1]
+    lm = _lm(path)
+    twin = LM.from_pretrained(path, device="cpu", dtype="float16", runtime=RuntimeConfig(page_size=4, num_pages=1024))
     task = Digits(Sampling(max_tokens=6, temperature=0.0, ignore_eos=True))
     plain = search(task, BFS(breadth=2, samples=2, depth=2), lm, problem="4 5 6 10", seed=2).tree
     before = (lm.stats.fast_steps, lm.stats.speculative_steps, lm.stats.accepted_tokens)
