@@ -1,7 +1,8 @@
 """Verification steps of speculating branches on the decode buffers: draft chains and trees, planned once.
 
 A batch of B branches has ``depth + 1`` query rows per branch, node-major (row = k * B +
-branch): row 0 of a branch forwards its newest token, row k its k-th draft node. The drafts
+branch): row 0 of a branch forwards its newest token (before its first, its parent's last), row
+k its k-th draft node. The drafts
 are appended to each branch's own segment before the step, in node order, and each row writes
 its KV there; a step runs only as many node rows as its largest draft needs. The work of each
 node count is planned the first time a step needs it and loaded with one copy, so a run of
