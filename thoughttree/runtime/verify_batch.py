@@ -2,14 +2,13 @@
 
 A batch of B branches has ``depth + 1`` query rows per branch, node-major (row = k * B +
 branch): row 0 of a branch forwards its newest token (before its first, its parent's last), row
-k its k-th draft node. The drafts
-are appended to each branch's own segment before the step, in node order, and each row writes
-its KV there; a step runs only as many node rows as its largest draft needs. The work of each
-node count is planned the first time a step needs it and loaded with one copy, so a run of
-steps plans the tree at most ``depth + 1`` times. Each row's token is drawn on the device with
-its request's seed and the position the drawn token takes, as a plain decode step draws it. A
-finished branch stays as padding rows until half the batch has finished, as in
-:class:`decode_batch.DecodeBatch`.
+k its k-th draft node. The drafts are appended to each branch's own segment before the step, in
+node order, and each row writes its KV there; a step runs only as many node rows as its largest
+draft needs. The work of each node count is planned the first time a step needs it and loaded
+with one copy, so a run of steps plans the tree at most ``depth + 1`` times. Each row's token is
+drawn on the device with its request's seed and the position the drawn token takes, as a plain
+decode step draws it. A finished branch stays as padding rows until half the batch has
+finished, as in :class:`decode_batch.DecodeBatch`.
 
 What each row sees of the tokens after the branch's parent path is a tail window of slots:
 
