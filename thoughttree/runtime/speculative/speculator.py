@@ -345,18 +345,7 @@ class Speculator:
                 engine.kv.truncate(seg, base + e + 1)
                 going = False
                 break
-        on_path = set(path)
-        self._tally(
-            i,
-            requests,
-            outs,
-            specs,
-            drafters,
-            base,
-            draft.scores[:verified] if draft is not None else [],
-            draft.depths()[:verified] if draft is not None else [],
-            [k in on_path for k in range(verified)],
-        )
+        self._tally(i, requests, outs, specs, drafters, base, draft, path, verified)
         return going
 
     def _emit(
@@ -374,24 +363,14 @@ class Speculator:
     ) -> bool:
         """Append what request ``i`` keeps this step; returns whether it goes on."""
         engine = self.engine
-        run: list[tuple[int, float, int]] = []  # (token, log-probability, draft slot holding its KV or -1)
-        path: list[int] = []  # the draft nodes kept
-        token, lp = draw[(i, -1)]
-        at = -1
-        kids: dict[tuple[int, int], int] = {}
-        if draft is not None:
-            kids = {(p, t): k for k, (p, t) in enumerate(zip(draft.parents, draft.tokens))}
-        while True:
-            child = kids.get((at, token))
-            if child is None:
-                run.append((token, lp, -1))
-                break
-            assert where is not None  # a draft has places
-            seg, j = where[child]
-            run.append((token, lp, seg.slots[j]))
-            path.append(child)
-            token, lp = draw[(i, child)]
-            at = child
+        nodes = len(draft) if draft is not None else 0
+        draws = np.array([draw[(i, -1)], *(draw[(i, k)] for k in range(nodes))], dtype=np.float64)
+        path = _walk(draft, draws)
+        assert where is not None or not path  # a kept draft has places
+        sources = [where[k][0].slots[where[k][1]] for k in path] if where is not None else []
+        rows = [0, *(k + 1 for k in path)]  # the draw of each token kept, then of the one emitted
+        # (token, log-probability, draft slot holding its KV or -1) per token.
+        run = zip(draws[rows, 0].astype(np.int64).tolist(), draws[rows, 1].tolist(), [*sources, -1])
         out = outs[i]
         seg = out.segment
         base = len(out.tokens)
@@ -410,21 +389,7 @@ class Speculator:
                 going = False
                 break
         seg.written = base + kept_kv
-        if draft is None:
-            self._tally(i, requests, outs, specs, drafters, base, [], [], [])
-        else:
-            kept = set(path)
-            self._tally(
-                i,
-                requests,
-                outs,
-                specs,
-                drafters,
-                base,
-                draft.scores,
-                draft.depths(),
-                [k in kept for k in range(len(draft))],
-            )
+        self._tally(i, requests, outs, specs, drafters, base, draft, path, nodes)
         return going
 
     def _tally(
@@ -435,19 +400,21 @@ class Speculator:
         specs: Sequence[Speculative | None],
         drafters: dict[Speculative, Drafter],
         base: int,
-        scores: Sequence[float],
-        depths: Sequence[int],
-        kept: Sequence[bool],
+        draft: DraftTree | None,
+        path: Sequence[int],
+        verified: int,
     ) -> None:
-        """Count request ``i``'s verified draft nodes (their ``scores`` and ``depths``; ``kept[k]``:
-        node k was kept), feed its cost model and tell its drafter the tokens appended from ``base`` on."""
+        """Count request ``i``'s first ``verified`` draft nodes and those of them kept (``path``),
+        feed its cost model and tell its drafter the tokens appended from ``base`` on."""
         stats = self.engine.stats
-        stats.draft_tokens += len(kept)
-        stats.accepted_tokens += sum(kept)
+        stats.draft_tokens += verified
+        stats.accepted_tokens += len(path)
         spec = specs[i]
         if spec is not None:
-            if kept:
-                self.costs[spec].record_acceptance(scores, depths, kept)
+            if draft is not None and verified:
+                on_path = set(path)
+                kept = [k in on_path for k in range(verified)]
+                self.costs[spec].record_acceptance(draft.scores[:verified], draft.depths()[:verified], kept)
             drafters[spec].accepted(_branch(i, requests, outs), outs[i].tokens[base:])
 
 
