@@ -154,11 +154,10 @@ class Speculator:
         for spec in list(by_spec):
             if spec.adaptive and not self.costs.setdefault(spec, CostModel()).worth_drafting(len(still)):
                 del by_spec[spec]  # its branches decode plainly this step, the drafter not even asked
-        if (
-            not by_spec
-            and engine.fast_decode
-            and all(outs[i].tokens or requests[i].parent.has_kv_but_last() for i in still)
-        ):
+        # The decode buffers can take the step: every branch past its first token or its parent's
+        # KV stored (but perhaps for its last token).
+        fixed = engine.fast_decode and all(outs[i].tokens or requests[i].parent.has_kv_but_last() for i in still)
+        if not by_spec and fixed:
             return still, False  # nothing to verify: the plain decode steps take over at once
         candidates: dict[int, tuple[Speculative, DraftTree, list[int]]] = {}
         for spec, members in by_spec.items():
@@ -173,7 +172,7 @@ class Speculator:
             seconds = time.perf_counter() - t0
             self.costs.setdefault(spec, CostModel()).record_draft(seconds)
             stats.draft_seconds += seconds
-        if self._on_fixed_buffers(requests, still, outs, candidates):
+        if fixed and self._buffers_take(candidates):
             return self._fixed_step(requests, outs, ends, specs, drafters, still, by_spec, candidates)
         for spec, members in by_spec.items():
             proposed = [candidates[i][1] for i in members]
@@ -231,20 +230,9 @@ class Speculator:
         stats.speculative_steps += 1
         return nxt, bool(by_spec)
 
-    def _on_fixed_buffers(
-        self,
-        requests: Sequence[DecodeRequest],
-        still: list[int],
-        outs: list[Decoded],
-        candidates: dict[int, tuple[Speculative, DraftTree, list[int]]],
-    ) -> bool:
-        """Whether this step verifies on the decode buffers: every branch past its first token or
-        its parent's KV stored (but perhaps for its last token), and every draft a chain unless
-        the call's batch takes trees."""
-        if not self.engine.fast_decode:
-            return False
-        if any(not outs[i].tokens and not requests[i].parent.has_kv_but_last() for i in still):
-            return False
+    def _buffers_take(self, candidates: dict[int, tuple[Speculative, DraftTree, list[int]]]) -> bool:
+        """Whether the decode buffers take this step's drafts: every draft a chain, unless the
+        call's batch takes trees."""
         if self._tree:
             return True
         for _, d, o in candidates.values():
