@@ -55,6 +55,16 @@ def filters(requests: Sequence[DecodeRequest]) -> bool:
     return any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in (r.sampling for r in requests))
 
 
+def parent_slot(parent: Segment, lacking: dict[int, Segment], scratch: int) -> int:
+    """The slot that a first step's row forwarding ``parent``'s last token writes: that token's
+    own the first time the step meets a parent lacking its KV (then noted in ``lacking``), else
+    ``scratch``. After the step, every parent in ``lacking`` has all its KV."""
+    if parent.written < len(parent.tokens) and parent.id not in lacking:
+        lacking[parent.id] = parent
+        return parent.slots[-1]
+    return scratch
+
+
 def put_sampling(arena: DecodeArena, requests: Sequence[DecodeRequest]) -> None:
     """Each row's temperature and seed into the arena (row k: ``requests[k]``)."""
     r = len(requests)
@@ -149,7 +159,7 @@ class DecodeBatch:
         tokens[:] = positions[:] = 0  # finished rows: token 0 at position 0, written to the scratch slot
         scratch = self.engine.kv.pool.scratch_slot
         slots[:] = scratch
-        parents = {}  # id -> parent segment whose last token's KV this step writes
+        parents: dict[int, Segment] = {}  # id -> parent segment whose last token's KV this step writes
         if from_device:
             tokens[alive] = -1
             slots[alive] = [t.slots[-1] for t in live]
@@ -159,10 +169,7 @@ class DecodeBatch:
                     tokens[row], slots[row] = t.tokens[-1], t.slots[-1]
                     continue
                 p = self.requests[row].parent
-                tokens[row], slots[row] = p.tokens[-1], scratch
-                if p.written < len(p.tokens) and p.id not in parents:
-                    slots[row] = p.slots[-1]
-                    parents[p.id] = p
+                tokens[row], slots[row] = p.tokens[-1], parent_slot(p, parents, scratch)
         positions[alive] = self.starts[alive] + tail_lens[alive] - 1
         held = self.arena.num_graphs
         logits = self.arena.step(inputs)

@@ -31,7 +31,7 @@ from ..kernels import plan_tree_attention
 from ..kernels.plan.decode_work import DecodeWork, decode_work
 from .arena_buffers import Capacity, StepInputs
 from .kv_pool import KVPoolExhausted
-from .decode_batch import draw_filtered, filters, longest_tail, parent_tree, put_sampling
+from .decode_batch import draw_filtered, filters, longest_tail, parent_slot, parent_tree, put_sampling
 from .kv_tree import Segment
 
 if TYPE_CHECKING:
@@ -193,10 +193,7 @@ class VerifyBatch:
             else:  # the first step: the parent's last token, its KV written by one row per parent
                 p = self.requests[b].parent
                 token_list += [p.tokens[-1], *seg.tokens[:j]]
-                slot_list += [p.slots[-1] if p.written < len(p.tokens) and p.id not in lacking else scratch]
-                slot_list += seg.slots[:j]
-                if p.written < len(p.tokens):
-                    lacking[p.id] = p
+                slot_list += [parent_slot(p, lacking, scratch), *seg.slots[:j]]
             depth = [0, *_depths(up)]
             position_list += [seg.start + n - 1 + d for d in depth]
             length_list += [n + d for d in depth]
