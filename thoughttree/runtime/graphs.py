@@ -71,7 +71,6 @@ class DecodeArena:
         self.warmed = warmed if warmed is not None else set()
         self._launch_key = tuple(sorted(config.launch.items()))
         self.grid = tuple(cap.items)  # programs per tile class of the loaded work (0: not launched)
-        self._layout = (shapes, self._launch_key, tuple(n > 0 for n in self.grid))
         # The arena's graphs share one memory pool, which lives as long as they do.
         self.mempool = capture.pool() if capture is not None else None
         self.replayed = False  # whether the last step replayed a graph
@@ -150,7 +149,6 @@ class DecodeArena:
         self.grid = tuple(min(n, 1 << (int(c) - 1).bit_length()) if c else 0 for n, c in zip(self.cap.items, counts))
         classes = tuple(TileClass(tile, first, g) for (tile, first), g in zip(self._regions, self.grid) if g)
         self.work = dataclasses.replace(self.work, classes=classes)
-        self._layout = (self.shapes, self._launch_key, tuple(g > 0 for g in self.grid))
 
     def put_slots(self, index: np.ndarray, slots: np.ndarray) -> None:
         """Write ``slots`` [n] at ``index`` [n] of the loaded work's slot array before the next
@@ -209,7 +207,7 @@ class DecodeArena:
             return eager()
         key = (bucket, self.grid)
         if key not in graphs:
-            warm = (graphs is self.graphs, self._layout)
+            warm = (graphs is self.graphs, (self.shapes, self._launch_key, tuple(g > 0 for g in self.grid)))
             try:
                 graphs[key] = self._capture(forward, warm_up=warm not in self.warmed)
             except Exception as error:  # noqa: BLE001 - any failed capture falls back the same way
