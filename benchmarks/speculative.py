@@ -14,10 +14,15 @@ around them) with 1-16 draft nodes per branch, as a chain and as a binary tree, 
 branches (``--prompt`` tokens shared), against a plain step (0 draft nodes) and against its
 floor, the larger of the weights' read time at the measured copy bandwidth and the rows' matmul
 FLOPs at the measured bf16 rate; then tokens per second of whole expansions (each timed on its
-second call, the first call's ratio beside it) with the tree-lookup drafter, with a draft model
-equal to the target (every draft kept: the upper bound) and with a small random draft model,
-chain against tree drafts, and the draft nodes per branch per step the cost model chose at each
-batch size.
+second call, the first call's ratio beside it) with the tree-lookup drafter, with a small random
+draft model, with a draft model equal to the target (on random weights the top tokens are near
+ties, so rounding differences between the draft's one-row steps and the verification rows
+reject many of its drafts) and with :class:`Replay`, which proposes the tokens an earlier run
+drew (the upper bound of any drafter); chain against tree drafts, and the draft nodes
+per branch per step the cost model chose at each batch size.
+
+The CPU rows run on another device with ``--device`` (``--part cpu --device cuda``: the same
+searches on a GPU).
 
     python benchmarks/speculative.py --part gpu
 """
@@ -34,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thoughttree import Sampling, Speculative, ThoughtTree, search
+from thoughttree.runtime.speculative import DraftTree
 from thoughttree.search.game24_methods import Game24Run
 from thoughttree.commands.model import load_model
 from thoughttree.tasks.game24.arith import check_answer
@@ -48,10 +54,42 @@ def tree_tokens(tree: ThoughtTree) -> list[tuple[int, tuple[int, ...]]]:
     return [(n.parent.id if n.parent else -1, tuple(n.tokens)) for n in tree.nodes]
 
 
+class Replay:
+    """A drafter that proposes each branch's next tokens from an earlier run of the same
+    expansion (``outputs[key]``: branch ``key``'s tokens), as a chain scored 1: every draft token
+    is kept wherever the step draws what that run drew, so it bounds what any drafter can gain.
+    On a GPU a step's row count moves the logits by a rounding step, which can change a
+    near-tie; the benchmark hands it each speculating run's outputs for the next."""
+
+    def __init__(self, outputs: list[list[int]]) -> None:
+        self.outputs = outputs
+
+    def begin(self, kv, branches) -> None:
+        pass
+
+    def propose(self, branches, max_nodes: int, max_depth: int) -> list[DraftTree]:
+        drafts = []
+        for b in branches:
+            done = len(b.generated)
+            draft = DraftTree()
+            for j, token in enumerate(self.outputs[b.key][done : done + min(max_nodes, max_depth)]):
+                draft.add(j - 1, token, 1.0)
+            drafts.append(draft)
+        return drafts
+
+    def accepted(self, branch, tokens) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
 def cpu_rows(args: argparse.Namespace, console: Console) -> None:
-    lm = load_model("bundled", "cpu", None)
+    device = args.device or "cpu"
+    lm = load_model("bundled", device, None)
+    where = f"CPU ({torch.get_num_threads()} thread(s))" if device == "cpu" else torch.cuda.get_device_name()
     table = Table(
-        title=f"Game of 24, bundled model, CPU ({torch.get_num_threads()} thread(s)), puzzles "
+        title=f"Game of 24, bundled model, {where}, puzzles "
         f"{args.start}-{args.start + args.limit - 1}, seed 0, --speculative {args.speculative}"
     )
     for col in (
@@ -121,8 +159,8 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     from thoughttree.runtime.verify_batch import VerifyBatch
 
     shapes = {**SHAPES, "tiny": TINY}
-    dev = torch.device(args.device)
-    lm = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 30)
+    dev = torch.device(args.device or "cuda")
+    lm = random_lm(shapes[args.shape], str(dev), kv_bytes=args.kv_gib << 30)
     measured = roofs(dev)
     copy, mm = measured if measured is not None else (float("inf"), float("inf"))
     weights, _ = step_bytes(lm)
@@ -185,8 +223,8 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
 
     # The small draft model shares the target's vocabulary, as a draft model with its tokenizer does.
     small_shape = {**(TINY if args.shape == "tiny" else SHAPES["default"]), "vocab": shapes[args.shape]["vocab"]}
-    small = random_lm(small_shape, args.device, kv_bytes=args.kv_gib << 28)
-    twin = random_lm(shapes[args.shape], args.device, kv_bytes=args.kv_gib << 29) if args.twin else None
+    small = random_lm(small_shape, str(dev), kv_bytes=args.kv_gib << 28)
+    twin = random_lm(shapes[args.shape], str(dev), kv_bytes=args.kv_gib << 29) if args.twin else None
     table = Table(title=f"tokens/s of {args.tokens}-token expansions, {args.shape}, {dev}")
     for col in (
         "branches",
@@ -205,8 +243,9 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
     if twin is not None:
         drafters.append(("the target itself", DraftModel(twin)))
 
-    def expand(spec: Speculative | None, branches: int) -> tuple[float, tuple[int, ...]]:
-        """Seconds of one expansion of ``branches`` children, and the stats it moved."""
+    def expand(spec: Speculative | None, branches: int) -> tuple[float, tuple[int, ...], list[list[int]]]:
+        """Seconds of one expansion of ``branches`` children, the stats it moved, and the
+        children's tokens."""
         sampling = Sampling(max_tokens=args.tokens, temperature=0.0, ignore_eos=True, speculative=spec)
         keys = (
             "generated_tokens",
@@ -222,16 +261,18 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
         tree.materialize()
         sync()
         t0 = time.perf_counter()
-        tree.expand([tree.root], n=branches, sampling=sampling)
+        kids = tree.expand([tree.root], n=branches, sampling=sampling)[0]
         sync()
         dt = time.perf_counter() - t0
         tree.release_kv()
-        return dt, tuple(getattr(lm.stats, k) - a for k, a in zip(keys, s0))
+        return dt, tuple(getattr(lm.stats, k) - a for k, a in zip(keys, s0)), [list(k.tokens) for k in kids]
 
     for branches in args.branches:
-        for name, drafter in drafters:
+        replay = Replay(expand(None, branches)[2])
+        for name, drafter in [*drafters, ("replay of an earlier run", replay)]:
             # The cost model sizes chain and dynamic drafts; "full" verifies every draft node it is given.
-            for shape in ("chain", "dynamic", "dynamic, full") if drafter is not None else ("-",):
+            shapes = ("chain", "chain, full") if drafter is replay else ("chain", "dynamic", "dynamic, full")
+            for shape in shapes if drafter is not None else ("-",):
                 spec = (
                     None
                     if drafter is None
@@ -240,12 +281,16 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
                 # The first call also captures graphs and plans for new row counts, and the cost
                 # model starts from its priors; the calls after it are what later calls of a search
                 # cost, each timed right after one without speculation on the same buffers.
-                first, _ = expand(spec, branches)
-                first_off, _ = expand(None, branches)
+                first, _, outputs = expand(spec, branches)
+                if drafter is replay:
+                    replay.outputs = outputs
+                first_off = expand(None, branches)[0]
                 pairs = []
                 for _ in range(3):
-                    off, _ = expand(None, branches)
-                    on, moved = expand(spec, branches)
+                    off = expand(None, branches)[0]
+                    on, moved, outputs = expand(spec, branches)
+                    if drafter is replay:
+                        replay.outputs = outputs
                     pairs.append((off, on, moved))
                 off, on, moved = sorted(pairs, key=lambda p: p[1] / p[0])[1]  # the median ratio
                 gen, forwards, accepted, drafted, steps, captures, plans = moved
@@ -274,7 +319,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
     p.add_argument("--shape", default="llama3-8b", help="llama3-8b, default, or tiny (a check of the code on a CPU)")
     p.add_argument("--kv-gib", type=int, default=16, help="KV pool of the target (GiB; the draft models get less)")
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", help="where the part runs (default: cpu for the cpu part, cuda for the gpu part)")
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=10)
