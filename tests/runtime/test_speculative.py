@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -411,3 +412,60 @@ def test_the_command_line_option_sets_the_models_default():
         load_model("bundled", "cpu", None, speculative="bogus")
     with pytest.raises(CliError, match="--speculative draft:/nonexistent: .*does not exist"):
         load_model("bundled", "cpu", None, speculative="draft:/nonexistent")
+
+
+class Unseeded:
+    """A drafter that hides each branch's sampling and seed from ``inner``: it drafts the most
+    likely tokens, as a drafter that knows nothing of the sampler's noise would."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def begin(self, kv, branches):
+        self.inner.begin(kv, [dataclasses.replace(b, sampling=None) for b in branches])
+
+    def propose(self, branches, max_nodes, max_depth):
+        return self.inner.propose([dataclasses.replace(b, sampling=None) for b in branches], max_nodes, max_depth)
+
+    def accepted(self, branch, tokens):
+        self.inner.accepted(dataclasses.replace(branch, sampling=None), tokens)
+
+    def end(self):
+        self.inner.end()
+
+
+def test_a_draft_model_draws_with_the_targets_noise(tiny_lm):
+    """A sampled branch's draft model perturbs its logits with the noise the target's sampler
+    adds at the same draw steps: a draft model equal to the target proposes the very tokens the
+    target then draws, so its drafts are kept, where proposing its most likely tokens keeps few."""
+    sampling = Sampling(max_tokens=24, temperature=1.0, top_k=40, ignore_eos=True)
+    rates = {}
+    with ThoughtTree(tiny_lm, prompt="the cat", seed=5) as plain:
+        plain.expand([plain.root], n=3, sampling=sampling)
+        for name, drafter in (("seeded", DraftModel(tiny_lm.draft_twin)), ("unseeded", Unseeded(DraftModel(tiny_lm.draft_twin)))):
+            spec = Speculative(drafter=drafter, shape="chain", adaptive=False)
+            before = (tiny_lm.stats.accepted_tokens, tiny_lm.stats.draft_tokens)
+            with ThoughtTree(tiny_lm, prompt="the cat", seed=5) as tree:
+                tree.expand([tree.root], n=3, sampling=dataclasses.replace(sampling, speculative=spec))
+                same_trees(plain, tree)
+            kept, drafted = (tiny_lm.stats.accepted_tokens - before[0], tiny_lm.stats.draft_tokens - before[1])
+            rates[name] = kept / drafted
+    assert rates["seeded"] > 0.9 and rates["unseeded"] < 0.5, rates
+
+
+def test_perturbed_scores_are_what_the_sampler_takes_the_argmax_of():
+    from thoughttree.runtime.sampler import perturbed_scores, sample_packed
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 97, generator=g) * 3
+    params = [
+        Sampling(temperature=0.0),
+        Sampling(temperature=1.0),
+        Sampling(temperature=0.7, top_k=5),
+        Sampling(temperature=1.3, top_p=0.8),
+        Sampling(temperature=1.0, min_p=0.2),
+        Sampling(temperature=0.0, top_k=3),
+    ]
+    seeds, steps = [3, 1 << 40, 7, 7, 11, 2], [0, 5, 9, 9, 1, 4]
+    drawn = sample_packed(logits, params, seeds, steps, fused=False)[:, 0].long()
+    assert torch.equal(perturbed_scores(logits, params, seeds, steps).argmax(dim=-1), drawn)

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from ..config import Sampling
-from ..kernels.reference import gumbel_sample_reference
+from ..kernels.reference import gumbel_sample_reference, uniform_noise
 from ..kernels.sample import gumbel_sample
 
 
@@ -42,6 +42,24 @@ def sample_packed(
     if fused:
         return gumbel_sample(logits.contiguous(), temp, seed_t, step_t, scores)
     return gumbel_sample_reference(logits, temp, seed_t, step_t, scores)
+
+
+def perturbed_scores(
+    logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]
+) -> torch.Tensor:
+    """[R, vocab] float32: the values whose argmax :func:`sample_packed` draws for each row of
+    ``logits`` [R, vocab] under its Sampling, seed and step: the logits where the temperature is
+    0, else the logits over the temperature, filtered, plus the row's Gumbel noise."""
+    dev, x = logits.device, logits.float()
+    temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
+    greedy = temp == 0
+    scaled = x / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        scaled = _filter(scaled, params)
+    seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
+    step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
+    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, x.shape[1])))
+    return torch.where(greedy[:, None], x, scaled + gumbel)
 
 
 def unpack(packed: torch.Tensor) -> Draw:

@@ -7,9 +7,16 @@ expanded right after its parent finds the parent's KV still there). Accepted tok
 appended to the branch's draft-side segment and get their KV in the next draft forward.
 
 A proposal grows level by level, one draft forward per level for all branches: the ``width``
-nodes of highest cumulative draft probability at the deepest level are forwarded, and each
-gets its ``width`` most likely next tokens as children (EAGLE-2's expansion). The draft nodes'
-KV lives in temporary segments released before the proposal returns.
+nodes of highest cumulative draft score at the deepest level are forwarded, and each gets as
+children the ``width`` tokens of highest score (EAGLE-2's expansion). A token's score is its
+probability under the softmax of the draft's logits perturbed as the target's sampler perturbs
+its own for that branch and draw step (temperature, filters and the seeded Gumbel noise:
+:func:`~..sampler.perturbed_scores`). So a sampled branch's first draft token is the token
+the target's sampler would draw if the draft model's logits were the target's: the draft and
+the target share their randomness, and a draft token is kept whenever the two models agree on
+the perturbed argmax, not only when the target's draw happens to be the draft's most likely
+token. For greedy branches the score is the draft's probability. The draft nodes' KV lives in
+temporary segments released before the proposal returns.
 """
 
 from __future__ import annotations
@@ -19,13 +26,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ...config import Sampling
 from ..kv_pool import KVPoolExhausted
+from ..sampler import perturbed_scores
 from .drafter import Branch, DraftTree
 
 if TYPE_CHECKING:
     from ..kv_tree import KVTree, Segment
     from ..lm import LM
     from ..model_config import ModelConfig
+
+
+GREEDY = Sampling(temperature=0.0)  # how a branch whose sampling is not given is drafted
 
 
 class DraftModel:
@@ -71,12 +83,19 @@ class DraftModel:
             tail = self._tails[b.key]
             frontier.append([(-1, tail if tail.tokens or tail.parent is None else tail.parent, 1.0)])
         try:
-            for _ in range(max_depth):
+            for depth in range(max_depth):
                 rows = [(bi, f) for bi, fs in enumerate(frontier) for f in fs]
                 if not rows:
                     break
                 logits = engine.forward([(seg, len(seg.tokens) - 1) for _, (_, seg, _) in rows])
-                top_p, top_ids = torch.softmax(logits.float(), dim=-1).topk(self.width, dim=-1)
+                drawn = [branches[bi] for bi, _ in rows]
+                scores = perturbed_scores(
+                    logits,
+                    [b.sampling or GREEDY for b in drawn],
+                    [b.seed for b in drawn],
+                    [len(b.generated) + depth for b in drawn],
+                )
+                top_p, top_ids = torch.softmax(scores, dim=-1).topk(self.width, dim=-1)
                 probs, ids = top_p.cpu().tolist(), top_ids.cpu().tolist()
                 grown: list[list[tuple[int, Segment, float]]] = [[] for _ in branches]
                 for r, (bi, (node, seg, score)) in enumerate(rows):

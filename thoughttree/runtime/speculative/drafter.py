@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
+    from ...config import Sampling
     from ..kv_tree import KVTree, Segment
 
 
@@ -68,11 +69,20 @@ class DraftTree:
 class Branch:
     """A speculating branch as a drafter sees it: ``context`` holds its whole path (prompt and
     the tokens generated so far) as KV segments; the branch's next token follows the context's
-    last token. ``key`` identifies the branch for the whole decode call."""
+    last token. ``key`` identifies the branch for the whole decode call.
+
+    ``sampling`` and ``seed`` are how the target draws the branch's tokens (None: unknown). The
+    draws are seeded Gumbel-max: the token after ``generated`` and ``d`` more tokens is the argmax
+    of the target's scores plus noise of (seed, ``len(generated) + d``) alone
+    (:func:`~..sampler.perturbed_scores`), so a drafter with a model of its own can add the same
+    noise to its scores and propose the token the target would draw if the two models agreed.
+    """
 
     key: int
     context: Segment
     generated: Sequence[int]
+    sampling: Sampling | None = None
+    seed: int = 0
 
     def tokens(self, last: int) -> list[int]:
         """The last ``last`` tokens of the branch's path (fewer when the path is shorter)."""

@@ -423,7 +423,7 @@ def _walk(draft: DraftTree | None, draws: np.ndarray) -> list[int]:
 
 
 def _branch(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Branch:
-    return Branch(i, _tip(i, requests, outs), outs[i].tokens)
+    return Branch(i, _tip(i, requests, outs), outs[i].tokens, requests[i].sampling, requests[i].seed)
 
 
 def _tip(i: int, requests: Sequence[DecodeRequest], outs: list[Decoded]) -> Segment:
