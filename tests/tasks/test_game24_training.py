@@ -39,6 +39,22 @@ def test_train_writes_model_summary_and_data_hash(tmp_path, monkeypatch) -> None
     assert (out / "model.safetensors").stat().st_size < 20 * 2**20
 
 
+def test_train_writes_a_draft_model_with_the_same_tokenizer(tmp_path, monkeypatch) -> None:
+    from thoughttree import LM
+
+    train = _train_module()
+    small = generate_examples(DataConfig(kinds=("io",), solutions_per_puzzle=1, held_out=tuple(range(1200))))
+    monkeypatch.setattr(train, "generate_examples", lambda config: small)
+    out = tmp_path / "draft"
+    train.main(["--out", str(out), "--size", "draft", "--steps", "1", "--batch-size", "4", "--warmup", "1", "--device", "cpu"])
+    assert json.loads((out / "training.json").read_text())["size"] == "draft"
+    config = json.loads((out / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["hidden_size"]) == train.SIZES["draft"][:2]
+    bundled = json.loads((Path(__file__).resolve().parents[2] / "thoughttree/models/game24/tokenizer.json").read_text())
+    assert json.loads((out / "tokenizer.json").read_text())["model"]["vocab"] == bundled["model"]["vocab"]
+    assert LM.from_pretrained(out, device="cpu").config.vocab_size == config["vocab_size"]
+
+
 def test_make_data_writes_the_examples_and_prints_their_hash(tmp_path, monkeypatch, capsys) -> None:
     spec = importlib.util.spec_from_file_location("game24_make_data", TRAINING / "make_data.py")
     assert spec is not None and spec.loader is not None

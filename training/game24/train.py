@@ -42,11 +42,19 @@ KIND_IDS = {"propose": 0, "value": 1, "io": 2, "cot": 3}
 CALIBRATE = (150, 200)  # steps between which --time-budget-s measures the step time
 
 
-def model_config(tokenizer: PreTrainedTokenizerFast, max_positions: int) -> LlamaConfig:
-    """8 layers, width 256, 4 query heads of 64 sharing 2 key/value heads: ~6.3M parameters."""
+# (layers, width, MLP width, query heads, key/value heads) of each model the recipe trains.
+SIZES = {
+    "model": (8, 256, 768, 4, 2),  # the bundled model: ~6.3M parameters
+    "draft": (2, 128, 384, 2, 1),  # its draft model for speculative decoding: ~0.42M parameters
+}
+
+
+def model_config(tokenizer: PreTrainedTokenizerFast, max_positions: int, size: str = "model") -> LlamaConfig:
+    """A Llama of ``SIZES[size]`` with heads of 64 and this tokenizer."""
+    layers, width, mlp, heads, kv_heads = SIZES[size]
     return LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        vocab_size=len(tokenizer), hidden_size=width, intermediate_size=mlp, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
         max_position_embeddings=max_positions, rope_theta=10000.0, rms_norm_eps=1e-5,
         tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
@@ -95,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", choices=sorted(SIZES), default="model",
+                        help="model: the bundled model; draft: its small draft model (same tokenizer and data)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (or --time-budget-s)")
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="choose --steps so that training takes about this long")
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     ids, targets, kinds = ids.to(device), targets.to(device), kinds.to(device)
     print(f"tokens: {int(lengths.sum())} (longest {int(lengths.max())})", flush=True)
 
-    config = model_config(tokenizer, max_positions=MAX_POSITIONS)
+    config = model_config(tokenizer, max_positions=MAX_POSITIONS, size=args.size)
     model = LlamaForCausalLM(config).to(device)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)
@@ -200,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     model.to(torch.bfloat16).save_pretrained(args.out)
     save_tokenizer(tokenizer, args.out)
     held_out = {r.name: list(r.indices) for r in RANGES.values()}
-    summary = {"split": SPLIT_DESCRIPTION, "held_out": held_out, "data_sha256": sha, "seed": args.seed, "steps": steps,
+    summary = {"split": SPLIT_DESCRIPTION, "held_out": held_out, "data_sha256": sha, "size": args.size,
+               "seed": args.seed, "steps": steps,
                "batch_size": args.batch_size, "lr": args.lr,
                "warmup": args.warmup, "weight_decay": args.weight_decay, "parameters": params,
                "examples": dict(counts), "epochs": epoch, "train_seconds": round(train_seconds, 1),
@@ -209,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     print("summary: " + json.dumps(summary), flush=True)
     if args.summary is not None:
         args.summary.write_text(json.dumps(summary, indent=2) + "\n")
-    keys = ("split", "held_out", "data_sha256", "seed", "steps", "device", "train_seconds")
+    keys = ("split", "held_out", "data_sha256", "size", "seed", "steps", "device", "train_seconds")
     training = {key: summary[key] for key in keys}
     (args.out / "training.json").write_text(json.dumps(training, indent=2) + "\n")
 
