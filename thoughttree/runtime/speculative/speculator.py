@@ -191,16 +191,32 @@ class Speculator:
             targets: list[tuple[Segment, int]] = []
             rows: list[tuple[int, int]] = []  # (request, draft node or -1 for the tip) per target
             where: dict[int, list[tuple[Segment, int]]] = {}
+            # Pages the emission after the forward needs (every branch's kept tokens and the one it
+            # draws go into its own segment while the drafts still hold theirs): a draft is placed
+            # only where the pool keeps that room, so speculation never fails a step that plain
+            # decoding would take.
+            emit = {i: _new_pages(outs[i].segment, 1, kv.pool.page_size) for i in still}
+            reserve = sum(emit.values())
             for i in still:
                 tip = _tip(i, requests, outs)
                 targets.append((tip, len(tip.tokens) - 1))
                 rows.append((i, -1))
                 if i in drafts:
+                    mine: list[Segment] = []
+                    extra = _new_pages(outs[i].segment, 1 + max(drafts[i].depths()), kv.pool.page_size) - emit[i]
                     try:
-                        where[i] = _draft_segments(kv, tip, drafts[i], made)
-                    except KVPoolExhausted:  # no room for this draft: the branch decodes plainly this step
+                        where[i] = _draft_segments(kv, tip, drafts[i], mine)
+                        room = kv.pool.num_free >= reserve + extra
+                    except KVPoolExhausted:
+                        room = False
+                    if not room:  # no room for this draft: the branch decodes plainly this step
+                        for seg in reversed(mine):
+                            kv.release(seg)
                         drafts.pop(i)
+                        where.pop(i, None)
                         continue
+                    made += mine
+                    reserve += extra
                     targets += where[i]
                     rows += [(i, k) for k in range(len(drafts[i]))]
             t0 = time.perf_counter()
@@ -449,6 +465,13 @@ def _draft_segments(kv, tip: Segment, draft: DraftTree, made: list[Segment]) -> 
         kv.append_each([seg], [token])
         where.append((seg, len(seg.tokens) - 1))
     return where
+
+
+def _new_pages(seg: Segment, n: int, size: int) -> int:
+    """Pages that appending ``n`` tokens to ``seg`` takes from a pool of pages of ``size`` tokens
+    (a segment starts a page at every multiple of the page size)."""
+    have = len(seg.slots)
+    return -(-(have + n) // size) - -(-have // size)
 
 
 def _copy_kv(pool, copies: list[tuple[int, int]]) -> None:
