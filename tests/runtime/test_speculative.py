@@ -237,6 +237,26 @@ def test_context_limit_inside_a_draft(tiny_model_dir):
     ends_inside_drafts(lm, Sampling(max_tokens=40, temperature=0.0, ignore_eos=True))
 
 
+@pytest.mark.parametrize("pages", [16, 20, 24, 28])
+def test_drafts_never_take_the_room_plain_decoding_needs(tiny_model_dir, pages):
+    """A pool with room for plain decoding but not for every draft: drafts are dropped, never
+    the step; the children are plain decoding's."""
+    runtime = RuntimeConfig(page_size=4, num_pages=pages)
+    lm, twin = (LM.from_pretrained(tiny_model_dir, device="cpu", runtime=runtime) for _ in range(2))
+    lm.engine.after_step = lambda: lm.kv.check_integrity()
+    sampling = Sampling(max_tokens=9, temperature=1.0, ignore_eos=True)
+    spec = Speculative(drafter=DraftModel(twin), shape="dynamic", adaptive=False, max_depth=4)
+    with ThoughtTree(lm, prompt="the cat sat", seed=2) as plain:
+        plain.expand([plain.root], n=4, sampling=sampling)
+        spare = lm.kv.pool.num_free
+        plain.release_kv()
+        with ThoughtTree(lm, prompt="the cat sat", seed=2) as drafted:
+            drafted.expand([drafted.root], n=4, sampling=dataclasses.replace(sampling, speculative=spec))
+            same_trees(plain, drafted)
+            assert lm.kv.pool.num_free == spare
+    assert lm.stats.draft_tokens > 0
+
+
 @pytest.fixture(scope="module")
 def bundled_lm() -> LM:
     from thoughttree.commands.model import bundled_model_path

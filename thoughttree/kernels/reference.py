@@ -85,10 +85,16 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
 
 def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
     """[R, vocab] float32 in (0, 1), a pure function of (seed, step, token id) per row."""
-    lo, hi = seeds & _M32, (seeds >> 32) & _M32
-    key = _hash32(_hash32(lo ^ _hash32(hi + 0x9E3779B9)) ^ (steps & _M32))  # [R]
     ids = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
-    bits = _hash32((key[:, None] + _hash32(ids)[None, :] * 2654435761) & _M32)
+    return uniform_noise_at(seeds[:, None], steps[:, None], ids[None, :])
+
+
+def uniform_noise_at(seeds: torch.Tensor, steps: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The noise :func:`uniform_noise` gives token ``ids`` at (seed, step): float32 in (0, 1),
+    elementwise over the broadcast int64 ``seeds``, ``steps`` and ``ids``."""
+    lo, hi = seeds & _M32, (seeds >> 32) & _M32
+    key = _hash32(_hash32(lo ^ _hash32(hi + 0x9E3779B9)) ^ (steps & _M32))
+    bits = _hash32((key + _hash32(ids) * 2654435761) & _M32)
     return ((bits >> 8).float() + 0.5) / float(1 << 24)
 
 

@@ -8,7 +8,10 @@ that text once, shared by prefix, so the index is built over its segments: for e
 the n-grams ending there (n = 1 .. ``ngram``) map to the position after them. A match's
 continuation runs on through the segment and, where the segment ends, into each of its
 children, so distinct continuations become distinct branches of the draft tree; each node's
-score is the share of the matches that pass through it.
+score is its share of the matches through its parent, times its parent's score. For a sampled
+branch the shares are those of the perturbed argmax: the siblings' counts plus the Gumbel noise
+the target's sampler will add at that draw step, so the continuation the target's own draw would
+pick, were the matches' distribution its own, is drafted first.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+import torch
+
+from ...kernels.reference import uniform_noise_at
 from .drafter import Branch, DraftTree
 
 if TYPE_CHECKING:
@@ -68,24 +75,27 @@ class TreeLookup:
 
     def propose(self, branches: Sequence[Branch], max_nodes: int, max_depth: int) -> list[DraftTree]:
         # Branches of a batch often end in the same n-gram (siblings, shared bookkeeping text): one
-        # lookup serves them all within a step.
-        memo: dict[tuple[int, ...], DraftTree] = {}
-        out = []
+        # lookup serves them all within a step; each sampled branch ranks the continuations with
+        # its own noise.
+        memo: dict[tuple[int, ...], tuple[_Trie, float] | None] = {}
+        found = []
         for b in branches:
             tail = tuple(b.tokens(self.ngram))
             if tail not in memo:
-                memo[tail] = self._propose(tail, max_nodes, max_depth)
-            out.append(memo[tail])
-        return out
+                memo[tail] = self._lookup(tail, max_depth)
+            found.append(memo[tail])
+        noise = _edge_noise(branches, found)
+        return [DraftTree() if f is None else f[0].draft(f[1], max_nodes, g) for f, g in zip(found, noise)]
 
-    def _propose(self, tail: tuple[int, ...], max_nodes: int, max_depth: int) -> DraftTree:
+    def _lookup(self, tail: tuple[int, ...], max_depth: int) -> tuple[_Trie, float] | None:
+        """The trie of the continuations of the longest suffix of ``tail`` that has any, and its
+        weight (a shorter match is weaker evidence: its scores are scaled down so the cost model
+        can tell, as it bins acceptance by score)."""
         for k in range(len(tail), 0, -1):
             conts = self._continuations(self._index.get(tail[-k:], ()), max_depth)
             if conts:
-                # A shorter match is weaker evidence: its scores are scaled down so the cost model
-                # can tell (it bins acceptance by score).
-                return _trie(conts, max_nodes, k / self.ngram)
-        return DraftTree()
+                return _Trie(conts), k / self.ngram
+        return None
 
     def _continuations(self, hits: Sequence[tuple[Segment, int]], depth: int) -> list[list[int]]:
         """Up to ``max_matches`` non-empty continuations of ``depth`` tokens at most, newest hits first
@@ -116,31 +126,78 @@ class TreeLookup:
         self._done.clear()
 
 
-def _trie(conts: list[list[int]], max_nodes: int, weight: float) -> DraftTree:
-    """The continuations merged into a draft tree, scored by ``weight`` times the share of them
-    through each node, keeping the ``max_nodes`` best-scored nodes."""
-    children: list[dict[int, int]] = [{}]  # trie node 0 is the branch's newest token
-    counts = [0]
-    parent_of = [-1]
-    token_of = [-1]
-    for seq in conts:
-        at = 0
-        for t in seq:
-            nxt = children[at].get(t)
-            if nxt is None:
-                nxt = children[at][t] = len(counts)
-                children.append({})
-                counts.append(0)
-                parent_of.append(at)
-                token_of.append(t)
-            counts[nxt] += 1
-            at = nxt
-    total = len(conts)
-    best = sorted(range(1, len(counts)), key=lambda k: (-counts[k], k))[:max_nodes]  # parents outrank children
-    keep = sorted(best)
-    index = {k: i for i, k in enumerate(keep)}
-    draft = DraftTree()
-    for k in keep:
-        p = parent_of[k]
-        draft.add(index[p] if p > 0 else -1, token_of[k], weight * counts[k] / total)
-    return draft
+class _Trie:
+    """Continuations merged by prefix: node 0 is the branch's newest token; node k > 0 holds
+    ``token[k]`` under ``parent[k]`` and ``count[k]`` of the continuations pass through it."""
+
+    def __init__(self, conts: list[list[int]]) -> None:
+        children: list[dict[int, int]] = [{}]
+        self.count, self.parent, self.token, self.depth = [len(conts)], [-1], [-1], [0]
+        for seq in conts:
+            at = 0
+            for t in seq:
+                nxt = children[at].get(t)
+                if nxt is None:
+                    nxt = children[at][t] = len(self.count)
+                    children.append({})
+                    self.count.append(0)
+                    self.parent.append(at)
+                    self.token.append(t)
+                    self.depth.append(self.depth[at] + 1)
+                self.count[nxt] += 1
+                at = nxt
+        self.kids = [list(c.values()) for c in children]
+
+    def draft(self, weight: float, max_nodes: int, noise: np.ndarray | None) -> DraftTree:
+        """The ``max_nodes`` best-scored nodes as a draft tree. A node's score is ``weight`` times
+        its parent's times its share among its siblings, the siblings' counts taken as the
+        distribution the target draws from: with ``noise`` (each node's Gumbel noise at its draw
+        step, sampled branches) the share is the chance that the node wins the perturbed argmax
+        (the softmax of log-counts plus noise), so the sibling the target's own draw would pick,
+        were that distribution its own, comes first; without it the share is the count's."""
+        n = len(self.count)
+        score = [1.0] * n
+        for u in range(n):
+            kids = self.kids[u]
+            if not kids:
+                continue
+            counts = np.array([self.count[k] for k in kids], dtype=np.float64)
+            reach = counts.sum() / self.count[u]  # continuations that end at u go no further
+            if noise is None:
+                share = counts / counts.sum()
+            else:
+                v = np.log(counts) + noise[kids]
+                share = np.exp(v - v.max())
+                share /= share.sum()
+            for k, p in zip(kids, share):
+                score[k] = score[u] * reach * float(p)
+        best = sorted(range(1, n), key=lambda k: (-score[k], k))[:max_nodes]  # parents outrank children
+        keep = sorted(best)
+        index = {k: i for i, k in enumerate(keep)}
+        draft = DraftTree()
+        for k in keep:
+            p = self.parent[k]
+            draft.add(index[p] if p > 0 else -1, self.token[k], weight * score[k])
+        return draft
+
+
+def _edge_noise(branches: Sequence[Branch], found: Sequence[tuple[_Trie, float] | None]) -> list[np.ndarray | None]:
+    """Per branch, the Gumbel noise of each trie node's token at the step the target draws it
+    (seeded like the sampler: :func:`~...kernels.reference.uniform_noise_at`), in one call for
+    all sampled branches; None for greedy branches and branches without a match."""
+    seeds, steps, ids, spans = [], [], [], []
+    for b, f in zip(branches, found):
+        if f is None or b.sampling is None or b.sampling.temperature == 0:
+            spans.append(None)
+            continue
+        trie = f[0]
+        at = len(ids)
+        seeds += [b.seed & ((1 << 63) - 1)] * len(trie.token)
+        steps += [len(b.generated) + d - 1 for d in trie.depth]
+        ids += [max(t, 0) for t in trie.token]
+        spans.append((at, len(ids)))
+    if not ids:
+        return [None] * len(branches)
+    u = uniform_noise_at(torch.tensor(seeds), torch.tensor(steps), torch.tensor(ids)).double().numpy()
+    g = -np.log(-np.log(u))
+    return [None if s is None else g[s[0] : s[1]] for s in spans]
