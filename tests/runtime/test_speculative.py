@@ -307,6 +307,38 @@ def test_lookup_finds_continuations_in_sibling_nodes():
     kv.check_integrity()
 
 
+def test_lookup_ranks_a_sampled_branchs_continuations_with_its_own_noise():
+    """Three matches continue with 9, one with 5: a greedy branch drafts 9 first; a sampled branch
+    drafts first the token whose log-count plus the sampler's noise at that draw step is largest,
+    so over seeds the one match in four comes first about as often as the sampler would draw it."""
+    from thoughttree.kernels.reference import uniform_noise_at
+
+    kv = KVTree(KVPool(1, 64, 4, 1, 2, dtype=torch.float32, device="cpu"))
+    root = kv.insert(None, [1, 2, 3])
+    held = [kv.insert(root, [20 + a, 7, 8, t]) for a, t in enumerate((9, 9, 9, 5))]
+    mine = kv.insert(root, [4, 7, 8])
+    lookup = TreeLookup(ngram=2)
+    sampled = Sampling(temperature=1.0)
+
+    def first(branch: Branch) -> int:
+        lookup.begin(kv, [branch])
+        draft = lookup.propose([branch], max_nodes=2, max_depth=1)[0]
+        lookup.end()
+        return draft.tokens[max(range(len(draft)), key=lambda k: draft.scores[k])]
+
+    assert first(Branch(0, mine, [11, 12])) == 9
+    firsts = []
+    for seed in range(400):
+        g = -torch.log(-torch.log(uniform_noise_at(torch.tensor(seed), torch.tensor(2), torch.tensor([9, 5]))))
+        want = 9 if math.log(3) + g[0] > g[1] else 5
+        firsts.append(first(Branch(0, mine, [11, 12], sampled, seed)))
+        assert firsts[-1] == want
+    assert 0.15 < firsts.count(5) / len(firsts) < 0.35
+    for seg in (*held, mine):
+        kv.release(seg)
+    kv.check_integrity()
+
+
 def test_shapes_keep_every_prefix_closed_under_parents():
     d = DraftTree()
     a = d.add(-1, 5, 0.6)
@@ -462,7 +494,10 @@ def test_a_draft_model_draws_with_the_targets_noise(tiny_lm):
     rates = {}
     with ThoughtTree(tiny_lm, prompt="the cat", seed=5) as plain:
         plain.expand([plain.root], n=3, sampling=sampling)
-        for name, drafter in (("seeded", DraftModel(tiny_lm.draft_twin)), ("unseeded", Unseeded(DraftModel(tiny_lm.draft_twin)))):
+        for name, drafter in (
+            ("seeded", DraftModel(tiny_lm.draft_twin)),
+            ("unseeded", Unseeded(DraftModel(tiny_lm.draft_twin))),
+        ):
             spec = Speculative(drafter=drafter, shape="chain", adaptive=False)
             before = (tiny_lm.stats.accepted_tokens, tiny_lm.stats.draft_tokens)
             with ThoughtTree(tiny_lm, prompt="the cat", seed=5) as tree:
