@@ -508,6 +508,29 @@ def test_a_draft_model_draws_with_the_targets_noise(tiny_lm):
     assert rates["seeded"] > 0.9 and rates["unseeded"] < 0.5, rates
 
 
+def test_the_drafter_is_asked_one_level_past_what_was_verified(tiny_lm, monkeypatch):
+    """With the cost model sizing drafts, a drafter is asked for one level more than the deepest
+    one verified in the step before (the first time, for the full depth)."""
+    from thoughttree.runtime.speculative import CostModel
+
+    asked: list[int] = []
+    verify = iter([2, 0, 0, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3])
+    monkeypatch.setattr(CostModel, "worth_drafting", lambda self, rows: True)
+    monkeypatch.setattr(CostModel, "budgets", lambda self, rows, nodes, adaptive: [next(verify)] * len(nodes))
+
+    class Asked(Echo):
+        def propose(self, branches, max_nodes, max_depth):
+            asked.append(max_depth)
+            return super().propose(branches, max_nodes, max_depth)
+
+    spec = Speculative(drafter=Asked(tiny_lm.draft_twin), shape="chain", max_depth=6)
+    with ThoughtTree(tiny_lm, prompt="the cat", seed=1) as tree:
+        tree.expand(
+            [tree.root], n=1, sampling=Sampling(max_tokens=20, temperature=0.0, ignore_eos=True, speculative=spec)
+        )
+    assert asked[:8] == [6, 3, 1, 1, 2, 3, 4, 4]  # a proposal of 2 levels verifies 2, not 3
+
+
 def test_perturbed_scores_are_what_the_sampler_takes_the_argmax_of():
     from thoughttree.runtime.sampler import perturbed_scores, sample_packed
 

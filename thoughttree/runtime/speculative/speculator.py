@@ -54,6 +54,9 @@ class Speculator:
         self._batch: VerifyBatch | None = None  # the decode call's verification steps on fixed buffers
         self._depth = 0  # the most draft nodes of a branch in the decode call
         self._tree = False  # whether the decode call's drafts may be trees (not only chains)
+        # Per option sized by its cost model, the deepest draft level it verified in its last
+        # drafting step: the drafter is asked for one level more (see _ask_depth).
+        self._reach: dict[Speculative, int] = {}
 
     def options(self, requests: Sequence[DecodeRequest]) -> list[Speculative | None] | None:
         """Each request's speculation option (None: plain); None when no request speculates."""
@@ -163,9 +166,10 @@ class Speculator:
         for spec, members in by_spec.items():
             t0 = time.perf_counter()
             branches = [_branch(i, requests, outs) for i in members]
-            proposed = drafters[spec].propose(branches, spec.max_nodes, spec.max_depth)
+            asked = self._ask_depth(spec)
+            proposed = drafters[spec].propose(branches, spec.max_nodes, asked)
             for i, d in zip(members, proposed):
-                cap = min(spec.max_depth, ends.limit[i] - len(outs[i].tokens) - 1)
+                cap = min(asked, ends.limit[i] - len(outs[i].tokens) - 1)
                 depth = d.depths()
                 fits = [k for k in order(d, spec.shape, spec.top_k) if depth[k] <= cap]
                 candidates[i] = (spec, d, fits[: spec.max_nodes])
@@ -184,6 +188,7 @@ class Speculator:
             for i, d, o, b in zip(members, proposed, orders, budgets):
                 if b:
                     drafts[i] = d.subset(o[:b])
+            self._reach[spec] = max((dep[k] for dep, o, b in zip(levels, orders, budgets) for k in o[:b]), default=0)
         if self._batch is not None:
             self._batch.reload()  # this general step loads its own work into the decode buffers
         made: list[Segment] = []
@@ -246,6 +251,15 @@ class Speculator:
         stats.speculative_steps += 1
         return nxt, bool(by_spec)
 
+    def _ask_depth(self, spec: Speculative) -> int:
+        """How many levels to ask ``spec``'s drafter for: with the cost model sizing the drafts,
+        one past the deepest level it verified in its last drafting step (a draft model runs a
+        forward per level, which a level the cost model would not verify wastes), so the depth
+        can grow a level per step; otherwise, and before its first drafting step, ``max_depth``."""
+        if not spec.adaptive or spec not in self._reach:
+            return spec.max_depth
+        return min(spec.max_depth, self._reach[spec] + 1)
+
     def _buffers_take(self, candidates: dict[int, tuple[Speculative, DraftTree, list[int]]]) -> bool:
         """Whether the decode buffers take this step's drafts: every draft a chain, unless the
         call's batch takes trees."""
@@ -283,6 +297,7 @@ class Speculator:
             for i, (d, o) in zip(members, picked):
                 if count and o:
                     drafts[i] = d.subset(o[:count])
+            self._reach[spec] = max((dep for branch in nodes for _, dep in branch[:count]), default=0)
         t0 = time.perf_counter()
         draws = batch.verify(still, {i: d.tokens for i, d in drafts.items()}, {i: d.parents for i, d in drafts.items()})
         rows = width * max(len(d) for d in draws.values())
