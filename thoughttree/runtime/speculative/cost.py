@@ -48,7 +48,14 @@ class CostModel:
         self._seen = [0.0] * bins  # decayed counts of nodes verified and kept, per bin
         self._kept = [0.0] * bins
         self._prior, self._prior_weight = prior, prior_weight
-        self._steps = 0
+        # Exploration: while drafting does not pay, the drafter is still asked now and then (one
+        # node verified), so estimates that fell too low can recover. The interval between such
+        # asks doubles each time (a draft model's proposal costs forwards), back to
+        # ``explore_every`` once drafting pays.
+        self._asks = 0  # worth_drafting calls
+        self._next_explore = 0
+        self._interval = explore_every
+        self._exploring = False  # whether the current step is such an ask
         # Seconds a plain decode step saves against a verification step of the same rows that
         # drafts nothing (decayed mean): plain steps overlap the host's work with the GPU's,
         # which verification cannot, since its drafts wait for what the step before kept.
@@ -59,7 +66,6 @@ class CostModel:
         d = self.decay
         self._w, self._x, self._y = d * self._w + 1, d * self._x + rows, d * self._y + seconds
         self._xx, self._xy = d * self._xx + rows * rows, d * self._xy + rows * seconds
-        self._steps += 1
 
     def record_plain(self, rows: int, seconds: float) -> None:
         """A plain decode step of ``rows`` rows took ``seconds`` (mean of a run of such steps)."""
@@ -118,10 +124,24 @@ class CostModel:
     # -- decisions -----------------------------------------------------------------------------
     def worth_drafting(self, plain_rows: int) -> bool:
         """Whether a first-level draft node of the best measured kind could pay for its row this
-        step; when not, the drafter is not asked at all (but every ``explore_every`` steps it is,
-        so the measurements keep up)."""
-        if self._steps % self.explore_every == 0:
+        step; when not, the drafter is not asked at all, but now and then it is (after
+        ``explore_every`` asks, then twice as many each time, up to 64 times as many) so the
+        measurements keep up."""
+        self._asks += 1
+        self._exploring = False
+        if self._pays(plain_rows):
+            self._interval = self.explore_every
             return True
+        if self._asks >= self._next_explore:
+            self._exploring = True
+            self._next_explore = self._asks + self._interval
+            self._interval = min(2 * self._interval, 64 * self.explore_every)
+            return True
+        return False
+
+    def _pays(self, plain_rows: int) -> bool:
+        if self._w == 0:
+            return True  # nothing measured yet
         fixed, per_row = self.line()
         # The first level's bins this drafter has been measured in (its scores fall in few of them).
         first = range(len(_EDGES) + 1, 2 * (len(_EDGES) + 1))
@@ -156,7 +176,7 @@ class CostModel:
             take[b] += 1
             if take[b] < len(nodes[b]):
                 heapq.heappush(heap, (-self.acceptance(*nodes[b][take[b]]), b))
-        if not drafting and nodes and self._steps % self.explore_every == 0:
+        if not drafting and nodes and self._exploring:
             # Now and then one node is verified anyway, so estimates that fell too low can recover.
             best = max(range(len(nodes)), key=lambda b: nodes[b][0][0] if nodes[b] else -1.0)
             if nodes[best]:
@@ -182,6 +202,6 @@ class CostModel:
             time += per_row * width
             if tokens / time > best_rate:
                 best, best_rate = level, tokens / time
-        if not best and self._steps % self.explore_every == 0:
+        if not best and self._exploring:
             best = 1  # now and then one level anyway, so estimates that fell too low can recover
         return best
