@@ -250,16 +250,8 @@ class Engine:
                 draw = unpack(packed)
                 self._take(still, draw.tokens, draw.logprobs, outs)
                 still = self._still_active(still, outs, ends)
-            if self.fast_decode and still:
-                self._decode_fast(requests, outs, still, ends)
-                still = []
-            while still:  # general steps
-                logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
-                steps = [len(outs[i].tokens) for i in still]
-                params, seeds = [requests[i].sampling for i in still], [requests[i].seed for i in still]
-                draw = unpack(sample_packed(logits, params, seeds, steps, fused=fused))
-                self._take(still, draw.tokens, draw.logprobs, outs)
-                still = self._still_active(still, outs, ends)
+            if still:
+                self.decode_rest(requests, outs, still, ends)
         except BaseException:
             for out in outs:
                 self.kv.release(out.segment)
@@ -268,6 +260,24 @@ class Engine:
             out.segment.sealed = True
             out.text = self.detokenize(out.tokens)
         return outs
+
+    def decode_rest(
+        self, requests: Sequence[DecodeRequest], outs: list[Decoded], still: list[int], ends: Ends
+    ) -> None:
+        """Plain decode steps for the requests ``still``, each past its first token or with its
+        parent's KV stored but for perhaps its last token: on the fixed buffers when the model
+        has them, else general steps."""
+        if self.fast_decode:
+            self._decode_fast(requests, outs, still, ends)
+            return
+        fused = self.model.device.type == "cuda"
+        while still:
+            logits = self.forward([(outs[i].segment, len(outs[i].tokens) - 1) for i in still])
+            steps = [len(outs[i].tokens) for i in still]
+            params, seeds = [requests[i].sampling for i in still], [requests[i].seed for i in still]
+            draw = unpack(sample_packed(logits, params, seeds, steps, fused=fused))
+            self._take(still, draw.tokens, draw.logprobs, outs)
+            still = self._still_active(still, outs, ends)
 
     def _decode_fast(
         self, requests: Sequence[DecodeRequest], outs: list[Decoded], active: list[int], ends: Ends

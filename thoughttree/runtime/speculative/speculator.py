@@ -105,9 +105,10 @@ class Speculator:
             still = list(range(len(requests)))
             while still:
                 still, asked = self._step(requests, outs, ends, specs, drafters, still)
-                if still and not asked and self.engine.fast_decode:
+                if still and not asked:
                     # No draft pays for its rows now: the rest of the call runs on the plain decode
-                    # steps, which overlap the host's work with the GPU's; their cost is measured.
+                    # steps (which on the decode buffers overlap the host's work with the GPU's);
+                    # their cost is measured.
                     self._decode_plain(requests, outs, still, ends, groups)
                     still = []
         finally:
@@ -126,7 +127,7 @@ class Speculator:
         """The rest of the call on plain decode steps, their mean step time told to the cost models."""
         stats = self.engine.stats
         steps, tokens, t0 = stats.forward_steps, stats.generated_tokens, time.perf_counter()
-        self.engine._decode_fast(requests, outs, still, ends)
+        self.engine.decode_rest(requests, outs, still, ends)
         steps = stats.forward_steps - steps
         if steps:
             seconds = (time.perf_counter() - t0) / steps
