@@ -470,6 +470,35 @@ def test_the_command_line_option_sets_the_models_default():
         load_model("bundled", "cpu", None, speculative="draft:/nonexistent")
 
 
+def test_the_bundled_draft_model_drafts_for_the_bundled_model():
+    """``draft:bundled`` is the bundled model's draft model: trained on the same data and split,
+    same tokenizer; its sampled drafts on a Game of 24 prompt are mostly kept, and the children
+    are plain decoding's."""
+    import json
+
+    from thoughttree.commands.model import bundled_draft_path, bundled_model_path, load_model
+
+    draft, target = (json.loads((p / "training.json").read_text()) for p in (bundled_draft_path(), bundled_model_path()))
+    assert draft["size"] == "draft"
+    assert {k: draft[k] for k in ("split", "held_out", "data_sha256")} == {
+        k: target[k] for k in ("split", "held_out", "data_sha256")
+    }
+    lm = load_model("bundled", "cpu", None, speculative="draft:bundled")
+    assert lm.speculative.drafter == f"draft:{bundled_draft_path()}"
+    sampling = Sampling(max_tokens=32, temperature=1.0, stop="\n")
+    spec = dataclasses.replace(lm.speculative, shape="chain", adaptive=False)
+    with (
+        ThoughtTree(lm, prompt="propose: 4 5 6 10\n", seed=3) as plain,
+        ThoughtTree(lm, prompt="propose: 4 5 6 10\n", seed=3) as drafted,
+    ):
+        plain.expand([plain.root], n=8, sampling=dataclasses.replace(sampling, speculative=Speculative(drafter="off")))
+        before = (lm.stats.accepted_tokens, lm.stats.draft_tokens)
+        drafted.expand([drafted.root], n=8, sampling=dataclasses.replace(sampling, speculative=spec))
+        same_trees(plain, drafted)
+    kept, drafted_tokens = lm.stats.accepted_tokens - before[0], lm.stats.draft_tokens - before[1]
+    assert kept > 0.6 * drafted_tokens > 0
+
+
 class Unseeded:
     """A drafter that hides each branch's sampling and seed from ``inner``: it drafts the most
     likely tokens, as a drafter that knows nothing of the sampler's noise would."""

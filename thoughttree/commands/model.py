@@ -27,6 +27,11 @@ def bundled_model_path() -> Path:
     return Path(str(resources.files("thoughttree").joinpath("models/game24")))
 
 
+def bundled_draft_path() -> Path:
+    """The bundled model's draft model for speculative decoding (same tokenizer and data)."""
+    return Path(str(resources.files("thoughttree").joinpath("models/game24-draft")))
+
+
 def is_bundled(spec: str) -> bool:
     """``spec`` names the bundled model: the word ``bundled`` or a path to its directory."""
     if spec == "bundled":
@@ -103,8 +108,9 @@ def load_remote(spec: str, model: str | None, tokenizer: str | None, context: in
 def add_speculative(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative", default="off", metavar="off|lookup|draft:PATH|auto",
                    help="draft tokens and verify them in the same forward, with the same output: lookup (n-grams "
-                        "of the search tree's own text), draft:PATH (a smaller model with the same tokenizer), "
-                        "auto (lookup, sized per step by measurement); default off")
+                        "of the search tree's own text), draft:PATH (a smaller model with the same tokenizer; "
+                        "draft:bundled is the bundled model's), auto (lookup, sized per step by measurement); "
+                        "default off")
 
 
 def check_device(device: str | None) -> None:
@@ -160,6 +166,8 @@ def load_model(
         raise CliError(f"--kv-pages {num_pages}: {exc}" if num_pages is not None else str(exc)) from exc
     except ValueError as exc:  # the device, dtype and attention backend, checked before loading
         raise CliError(str(exc)) from exc
+    if speculative == "draft:bundled":
+        speculative = f"draft:{bundled_draft_path()}"
     try:
         lm.speculative = Speculative.parse(speculative)
         if lm.speculative is not None and lm.speculative.on:
