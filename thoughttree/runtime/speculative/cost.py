@@ -53,7 +53,7 @@ class CostModel:
         # asks doubles each time (a draft model's proposal costs forwards), back to
         # ``explore_every`` once drafting pays.
         self._asks = 0  # worth_drafting calls
-        self._next_explore = 0
+        self._next_explore = explore_every
         self._interval = explore_every
         self._exploring = False  # whether the current step is such an ask
         # Seconds a plain decode step saves against a verification step of the same rows that
