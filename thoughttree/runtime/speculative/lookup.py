@@ -85,7 +85,18 @@ class TreeLookup:
                 memo[tail] = self._lookup(tail, max_depth)
             found.append(memo[tail])
         noise = _edge_noise(branches, found)
-        return [DraftTree() if f is None else f[0].draft(f[1], max_nodes, g) for f, g in zip(found, noise)]
+        greedy: dict[int, DraftTree] = {}  # a greedy branch's draft depends on its trie alone
+        out = []
+        for f, g in zip(found, noise):
+            if f is None:
+                out.append(DraftTree())
+            elif g is not None:
+                out.append(f[0].draft(f[1], max_nodes, g))
+            else:
+                if id(f) not in greedy:
+                    greedy[id(f)] = f[0].draft(f[1], max_nodes, None)
+                out.append(greedy[id(f)])
+        return out
 
     def _lookup(self, tail: tuple[int, ...], max_depth: int) -> tuple[_Trie, float] | None:
         """The trie of the continuations of the longest suffix of ``tail`` that has any, and its
@@ -128,25 +139,33 @@ class TreeLookup:
 
 class _Trie:
     """Continuations merged by prefix: node 0 is the branch's newest token; node k > 0 holds
-    ``token[k]`` under ``parent[k]`` and ``count[k]`` of the continuations pass through it."""
+    ``token[k]`` under ``parent[k]`` (an earlier node) and ``count[k]`` of the continuations pass
+    through it."""
 
     def __init__(self, conts: list[list[int]]) -> None:
         children: list[dict[int, int]] = [{}]
-        self.count, self.parent, self.token, self.depth = [len(conts)], [-1], [-1], [0]
+        count, parent, token, depth = [len(conts)], [-1], [-1], [0]
         for seq in conts:
             at = 0
             for t in seq:
                 nxt = children[at].get(t)
                 if nxt is None:
-                    nxt = children[at][t] = len(self.count)
+                    nxt = children[at][t] = len(count)
                     children.append({})
-                    self.count.append(0)
-                    self.parent.append(at)
-                    self.token.append(t)
-                    self.depth.append(self.depth[at] + 1)
-                self.count[nxt] += 1
+                    count.append(0)
+                    parent.append(at)
+                    token.append(t)
+                    depth.append(depth[at] + 1)
+                count[nxt] += 1
                 at = nxt
-        self.kids = [list(c.values()) for c in children]
+        self.token, self.parent, self.depth = token, parent, depth
+        self._count = np.asarray(count, dtype=np.float64)
+        self._parent = np.asarray(parent[1:], dtype=np.int64)  # of nodes 1..n-1
+        nodes = np.arange(1, len(count))
+        self._levels = [nodes[np.asarray(depth[1:]) == d] for d in range(1, max(depth) + 1)]
+        below = np.zeros(len(count))
+        np.add.at(below, self._parent, self._count[1:])
+        self._reach = below / self._count  # continuations that go on past each node
 
     def draft(self, weight: float, max_nodes: int, noise: np.ndarray | None) -> DraftTree:
         """The ``max_nodes`` best-scored nodes as a draft tree. A node's score is ``weight`` times
@@ -155,29 +174,30 @@ class _Trie:
         step, sampled branches) the share is the chance that the node wins the perturbed argmax
         (the softmax of log-counts plus noise), so the sibling the target's own draw would pick,
         were that distribution its own, comes first; without it the share is the count's."""
-        n = len(self.count)
-        score = [1.0] * n
-        for u in range(n):
-            kids = self.kids[u]
-            if not kids:
-                continue
-            counts = np.array([self.count[k] for k in kids], dtype=np.float64)
-            reach = counts.sum() / self.count[u]  # continuations that end at u go no further
-            if noise is None:
-                share = counts / counts.sum()
-            else:
-                v = np.log(counts) + noise[kids]
-                share = np.exp(v - v.max())
-                share /= share.sum()
-            for k, p in zip(kids, share):
-                score[k] = score[u] * reach * float(p)
-        best = sorted(range(1, n), key=lambda k: (-score[k], k))[:max_nodes]  # parents outrank children
-        keep = sorted(best)
+        n = len(self.token)
+        if n == 1:
+            return DraftTree()
+        up = self._parent
+        v = np.log(self._count[1:])
+        if noise is not None:
+            v = v + noise[1:]
+        top = np.full(n, -np.inf)
+        np.maximum.at(top, up, v)
+        e = np.exp(v - top[up])
+        total = np.zeros(n)
+        np.add.at(total, up, e)
+        step = np.ones(n)
+        step[1:] = self._reach[up] * e / total[up]
+        score = np.ones(n)
+        for level in self._levels:
+            score[level] = score[self._parent[level - 1]] * step[level]
+        best = np.lexsort((np.arange(1, n), -score[1:]))[:max_nodes] + 1  # parents outrank children
+        keep = sorted(best.tolist())
         index = {k: i for i, k in enumerate(keep)}
         draft = DraftTree()
         for k in keep:
             p = self.parent[k]
-            draft.add(index[p] if p > 0 else -1, self.token[k], weight * score[k])
+            draft.add(index[p] if p > 0 else -1, self.token[k], weight * float(score[k]))
         return draft
 
 
