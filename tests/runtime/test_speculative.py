@@ -478,7 +478,9 @@ def test_the_bundled_draft_model_drafts_for_the_bundled_model():
 
     from thoughttree.commands.model import bundled_draft_path, bundled_model_path, load_model
 
-    draft, target = (json.loads((p / "training.json").read_text()) for p in (bundled_draft_path(), bundled_model_path()))
+    draft, target = (
+        json.loads((p / "training.json").read_text()) for p in (bundled_draft_path(), bundled_model_path())
+    )
     assert draft["size"] == "draft"
     assert {k: draft[k] for k in ("split", "held_out", "data_sha256")} == {
         k: target[k] for k in ("split", "held_out", "data_sha256")
