@@ -257,6 +257,25 @@ def test_drafts_never_take_the_room_plain_decoding_needs(tiny_model_dir, pages):
     assert lm.stats.draft_tokens > 0
 
 
+@pytest.mark.parametrize("pages", [3, 5, 8])
+def test_a_full_draft_pool_never_fails_the_targets_decoding(tiny_model_dir, pages):
+    """A draft model whose own KV pool fills up drafts less (for some branches nothing); the
+    target's children are plain decoding's, call after call."""
+    lm = load(tiny_model_dir)
+    draft = LM.from_pretrained(tiny_model_dir, device="cpu", runtime=RuntimeConfig(page_size=4, num_pages=pages))
+    spec = Speculative(drafter=DraftModel(draft), shape="chain", adaptive=False, max_depth=4)
+    sampling = Sampling(max_tokens=14, temperature=1.0, ignore_eos=True)
+    with (
+        ThoughtTree(lm, prompt="the cat sat on the mat", seed=4) as plain,
+        ThoughtTree(lm, prompt="the cat sat on the mat", seed=4) as drafted,
+    ):
+        for tree, s in ((plain, sampling), (drafted, dataclasses.replace(sampling, speculative=spec))):
+            kids = tree.expand([tree.root], n=3, sampling=s)[0]
+            tree.expand(kids[:2], n=2, sampling=s)
+        same_trees(plain, drafted)
+    draft.kv.check_integrity()
+
+
 @pytest.fixture(scope="module")
 def bundled_lm() -> LM:
     from thoughttree.commands.model import bundled_model_path

@@ -60,14 +60,28 @@ class DraftModel:
             if max(path, default=0) >= self.lm.config.vocab_size:
                 self._blind.add(b.key)
                 continue
-            base = dkv.insert(None, path)
+            try:
+                base = dkv.insert(None, path)
+            except KVPoolExhausted:
+                # The draft pool is full: the last call's paths go first, then this branch drafts
+                # nothing in this call (the target decodes it plainly).
+                self._release_held()
+                try:
+                    base = dkv.insert(None, path)
+                except KVPoolExhausted:
+                    self._blind.add(b.key)
+                    continue
             held.append(base)
             tail = dkv.open_child(base)
             held.append(tail)
             self._tails[b.key] = tail
-        for seg in self._held:
-            dkv.release(seg)
+        self._release_held()
         self._held = held
+
+    def _release_held(self) -> None:
+        for seg in self._held:
+            self.lm.kv.release(seg)
+        self._held = []
 
     def propose(self, branches: Sequence[Branch], max_nodes: int, max_depth: int) -> list[DraftTree]:
         dkv, engine = self.lm.kv, self.lm.engine
@@ -122,9 +136,10 @@ class DraftModel:
         if branch.key in self._blind or max(tokens, default=0) >= self.lm.config.vocab_size:
             self._blind.add(branch.key)
             return
-        tail = self._tails[branch.key]
-        for t in tokens:
-            self.lm.kv.append_each([tail], [t])
+        try:
+            self.lm.kv.extend(self._tails[branch.key], tokens)
+        except KVPoolExhausted:  # the draft pool is full: this branch drafts no more in this call
+            self._blind.add(branch.key)
 
     def end(self) -> None:
         self._tails.clear()
