@@ -205,7 +205,10 @@ def _edge_noise(branches: Sequence[Branch], found: Sequence[tuple[_Trie, float] 
     """Per branch, the Gumbel noise of each trie node's token at the step the target draws it
     (seeded like the sampler: :func:`~...kernels.reference.uniform_noise_at`), in one call for
     all sampled branches; None for greedy branches and branches without a match."""
-    seeds, steps, ids, spans = [], [], [], []
+    seeds: list[int] = []
+    steps: list[int] = []
+    ids: list[int] = []
+    spans: list[tuple[int, int] | None] = []
     for b, f in zip(branches, found):
         if f is None or b.sampling is None or b.sampling.temperature == 0:
             spans.append(None)
