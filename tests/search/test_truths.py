@@ -144,3 +144,21 @@ def test_game24_run_files_open_with_search_result_load(tmp_path, capsys):
         assert result.best is not None and result.best.id == run.problems[index]["result"]["best"]
     assert main(["stats", str(out)]) == 0
     assert "attention" in capsys.readouterr().out
+
+
+def test_game24_with_the_bundled_draft_model_solves_what_plain_decoding_solves(tmp_path, capsys):
+    """``--speculative draft:bundled`` on the command line: the same puzzles solved with the same
+    generated tokens as without, and the run file's statistics tell of the drafts."""
+    runs = {}
+    for mode in ("off", "draft:bundled"):
+        out = tmp_path / f"{mode.replace(':', '-')}.json"
+        argv = ["game24", "--device", "cpu", "--method", "bfs", "--no-distinct", "--start", "850", "--end", "851"]
+        assert main([*argv, "--speculative", mode, "--output", str(out)]) == 0
+        runs[mode] = load_run(out)
+    capsys.readouterr()
+    off, on = (r.problems[0]["result"] for r in runs.values())
+    assert on["answer"] == off["answer"] and on["solved"] == off["solved"]
+    assert on["statistics"]["generated_tokens"] == off["statistics"]["generated_tokens"]
+    assert on["statistics"]["draft_tokens"] > 0 == off["statistics"]["draft_tokens"]
+    assert main(["stats", str(tmp_path / "draft-bundled.json")]) == 0
+    assert "speculation:" in capsys.readouterr().out
