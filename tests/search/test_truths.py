@@ -160,5 +160,7 @@ def test_game24_with_the_bundled_draft_model_solves_what_plain_decoding_solves(t
     assert on["answer"] == off["answer"] and on["solved"] == off["solved"]
     assert on["statistics"]["generated_tokens"] == off["statistics"]["generated_tokens"]
     assert on["statistics"]["draft_tokens"] > 0 == off["statistics"]["draft_tokens"]
+    assert on["statistics"]["draft_seconds"] > 0 == off["statistics"]["draft_seconds"]
     assert main(["stats", str(tmp_path / "draft-bundled.json")]) == 0
-    assert "speculation:" in capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "tokens per forward; drafting" in printed and "speculation: " in printed

@@ -225,19 +225,22 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def _speculation_line(entries: list[dict[str, Any]]) -> str:
     """Speculative decoding over these problems: drafts verified and kept, tokens per forward ("" without)."""
-    totals = dict.fromkeys(("draft_tokens", "accepted_tokens", "generated_tokens", "forward_steps"), 0)
+    totals: dict[str, float] = dict.fromkeys(
+        ("draft_tokens", "accepted_tokens", "generated_tokens", "forward_steps", "draft_seconds"), 0
+    )
     for entry in entries:
         stats = entry.get("result", {}).get("statistics") if isinstance(entry.get("result"), dict) else None
         if isinstance(stats, dict):
             for key in totals:
                 value = stats.get(key, 0)
-                totals[key] += value if isinstance(value, int) else 0
+                totals[key] += value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
     if not totals["draft_tokens"]:
         return ""
-    return (f"speculation: {format_stat(totals['draft_tokens'])} draft tokens verified, "
-            f"{format_stat(totals['accepted_tokens'])} kept "
+    return (f"speculation: {format_stat(int(totals['draft_tokens']))} draft tokens verified, "
+            f"{format_stat(int(totals['accepted_tokens']))} kept "
             f"({totals['accepted_tokens'] / totals['draft_tokens']:.1%}); "
-            f"{totals['generated_tokens'] / max(1, totals['forward_steps']):.2f} tokens per forward")
+            f"{totals['generated_tokens'] / max(1, totals['forward_steps']):.2f} tokens per forward; "
+            f"drafting {totals['draft_seconds']:.2f} s")
 
 
 # -- export --------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ COUNTERS = ("forward_steps", "prefill_tokens", "generated_tokens", "attended_tok
 
 @dataclass(frozen=True)
 class Counters:
-    """Model work: forward steps, tokens prefilled and generated, KV tokens attended and unique, and
-    speculative draft tokens verified and kept."""
+    """Model work: forward steps, tokens prefilled and generated, KV tokens attended and unique,
+    speculative draft tokens verified and kept, and the drafters' seconds."""
 
     forward_steps: int = 0
     prefill_tokens: int = 0
@@ -34,6 +34,7 @@ class Counters:
     unique_tokens: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    draft_seconds: float = 0.0
 
     @classmethod
     def read(cls, lm: Any) -> Counters:
@@ -42,13 +43,13 @@ class Counters:
         if stats is None:
             return cls()
         get = stats.get if isinstance(stats, dict) else (lambda k, d: getattr(stats, k, d))
-        return cls(**{k: int(get(k, 0)) for k in COUNTERS})
+        return cls(**{k: int(get(k, 0)) for k in COUNTERS}, draft_seconds=float(get("draft_seconds", 0.0)))
 
     def __add__(self, other: Counters) -> Counters:
-        return Counters(**{k: getattr(self, k) + getattr(other, k) for k in COUNTERS})
+        return Counters(**{k: getattr(self, k) + getattr(other, k) for k in (*COUNTERS, "draft_seconds")})
 
     def __sub__(self, other: Counters) -> Counters:
-        return Counters(**{k: getattr(self, k) - getattr(other, k) for k in COUNTERS})
+        return Counters(**{k: getattr(self, k) - getattr(other, k) for k in (*COUNTERS, "draft_seconds")})
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Statistics:
     unique_tokens: int = 0
     draft_tokens: int = 0  # speculative draft tokens verified, and of them kept
     accepted_tokens: int = 0
+    draft_seconds: float = 0.0  # the drafters' time (proposals; a draft model's forwards)
     nodes: int = 0
     wall_time: float = 0.0
     per_round: tuple[RoundStats, ...] = field(default=(), repr=False)
@@ -107,6 +109,7 @@ class Statistics:
         if self.draft_tokens:
             out["acceptance"] = self.acceptance_rate
             out["tokens_per_forward"] = self.tokens_per_forward
+            out["draft_seconds"] = self.draft_seconds
         if best_value is not None:
             out["best_value"] = best_value
         return out

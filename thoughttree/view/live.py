@@ -47,6 +47,7 @@ _LABELS: dict[str, tuple[str, str]] = {
     "evaluate_seconds": ("evaluating", " s"),
     "acceptance": ("drafts kept", ""),
     "tokens_per_forward": ("tok/forward", ""),
+    "draft_seconds": ("drafting", " s"),
 }
 
 
