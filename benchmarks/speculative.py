@@ -1,10 +1,11 @@
 """Speculative token trees, measured side by side with plain decoding in one run.
 
 CPU rows (``--part cpu``): the bundled model searches Game of 24 puzzles (``--start``, ``--limit``)
-with ToT BFS (b=5) and MCTS, seed 0, each puzzle once without speculation and once with
-``--speculative`` (default lookup); each row says whether both found the same solved puzzles and
-the same trees token for token, the generated tokens, the search wall times and their ratio, the
-acceptance rate (draft tokens kept / verified) and tokens per target forward.
+with ToT BFS (b=5) and MCTS, seed 0, each puzzle once without speculation and once with each of
+``--speculative`` (default: the tree lookup and the bundled draft model); each row says whether
+both found the same solved puzzles and the same trees token for token, the generated tokens, the
+search wall times and their ratio, the drafters' seconds, the acceptance rate (draft tokens kept
+/ verified) and tokens per target forward.
 
     python benchmarks/speculative.py --part cpu --limit 10
 
@@ -33,6 +34,7 @@ import argparse
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -88,12 +90,13 @@ def cpu_rows(args: argparse.Namespace, console: Console) -> None:
     device = args.device or "cpu"
     lm = load_model("bundled", device, None)
     where = f"CPU ({torch.get_num_threads()} thread(s))" if device == "cpu" else torch.cuda.get_device_name()
+    drafters = args.speculative.split(",")
     table = Table(
-        title=f"Game of 24, bundled model, {where}, puzzles "
-        f"{args.start}-{args.start + args.limit - 1}, seed 0, --speculative {args.speculative}"
+        title=f"Game of 24, bundled model, {where}, puzzles {args.start}-{args.start + args.limit - 1}, seed 0"
     )
     for col in (
         "method",
+        "--speculative",
         "same solved",
         "same trees",
         "solved",
@@ -101,51 +104,55 @@ def cpu_rows(args: argparse.Namespace, console: Console) -> None:
         "off s",
         "on s",
         "off / on",
+        "drafting s",
         "acceptance",
         "tokens / forward off",
         "tokens / forward on",
     ):
         table.add_column(col, justify="right")
+    keys = ("generated_tokens", "forward_steps", "accepted_tokens", "draft_tokens", "draft_seconds")
     for method in args.methods.split(","):
         # Speculation drafts for sampled decoding; distinct proposals run their own beam search.
         run = Game24Run(method=method, start=args.start, end=args.start + args.limit, seed=0, distinct=False)
-        seconds = {"off": 0.0, "on": 0.0}
-        solved = {"off": [], "on": []}
-        trees: dict[str, list] = {"off": [], "on": []}
-        counts = {k: [0, 0] for k in seconds}  # generated tokens, forwards
-        accepted = drafted = 0
+        modes = ["off", *drafters]
+        seconds = dict.fromkeys(modes, 0.0)
+        solved: dict[str, list[bool]] = {m: [] for m in modes}
+        trees: dict[str, list] = {m: [] for m in modes}
+        moved = {m: dict.fromkeys(keys, 0.0) for m in modes}
         for index, text in run.problems():
-            for mode in ("off", "on"):
-                lm.speculative = args.speculative if mode == "on" else None
+            # Each puzzle once without speculation, then once with each drafter, one after another.
+            for mode in modes:
+                lm.speculative = None if mode == "off" else mode
                 task, strategy = run.task_and_strategy()
-                st = lm.stats
-                s0 = (st.generated_tokens, st.forward_steps, st.accepted_tokens, st.draft_tokens)
+                s0 = {k: getattr(lm.stats, k) for k in keys}
                 t0 = time.perf_counter()
                 result = search(task, strategy, lm, problem=text, seed=derive_seed(run.seed, index))
                 seconds[mode] += time.perf_counter() - t0
-                counts[mode][0] += lm.stats.generated_tokens - s0[0]
-                counts[mode][1] += lm.stats.forward_steps - s0[1]
-                if mode == "on":
-                    accepted += lm.stats.accepted_tokens - s0[2]
-                    drafted += lm.stats.draft_tokens - s0[3]
+                for k in keys:
+                    moved[mode][k] += getattr(lm.stats, k) - s0[k]
                 check = None if result.answer is None else check_answer(result.answer, as_puzzle(text))
                 solved[mode].append(bool(check is not None and check.correct))
                 trees[mode].append(tree_tokens(result.tree))
                 result.tree.release_kv()
         lm.speculative = None
-        table.add_row(
-            method,
-            str(solved["off"] == solved["on"]),
-            str(trees["off"] == trees["on"]),
-            f"{sum(solved['on'])}/{len(solved['on'])}",
-            f"{counts['off'][0]} / {counts['on'][0]}",
-            f"{seconds['off']:.1f}",
-            f"{seconds['on']:.1f}",
-            f"{seconds['off'] / seconds['on']:.2f}×",
-            f"{accepted / max(1, drafted):.2f}",
-            f"{counts['off'][0] / max(1, counts['off'][1]):.2f}",
-            f"{counts['on'][0] / max(1, counts['on'][1]):.2f}",
-        )
+        off = moved["off"]
+        for mode in drafters:
+            on = moved[mode]
+            table.add_row(
+                method,
+                f"draft:…/{Path(mode[6:]).name}" if mode.startswith("draft:") else mode,
+                str(solved["off"] == solved[mode]),
+                str(trees["off"] == trees[mode]),
+                f"{sum(solved[mode])}/{len(solved[mode])}",
+                f"{off['generated_tokens']:.0f} / {on['generated_tokens']:.0f}",
+                f"{seconds['off']:.1f}",
+                f"{seconds[mode]:.1f}",
+                f"{seconds['off'] / seconds[mode]:.2f}×",
+                f"{on['draft_seconds']:.1f}",
+                f"{on['accepted_tokens'] / max(1, on['draft_tokens']):.2f}",
+                f"{off['generated_tokens'] / max(1, off['forward_steps']):.2f}",
+                f"{on['generated_tokens'] / max(1, on['forward_steps']):.2f}",
+            )
     console.print(table)
 
 
@@ -312,7 +319,12 @@ def gpu_rows(args: argparse.Namespace, console: Console) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--speculative", default="lookup", help="the speculation compared with none (cpu part)")
+    p.add_argument(
+        "--speculative",
+        default="lookup,draft:thoughttree/models/game24-draft",
+        help="the speculation options compared with none, comma-separated (cpu part; default: the tree "
+        "lookup and the bundled draft model)",
+    )
     p.add_argument("--methods", default="bfs,mcts")
     p.add_argument("--start", type=int, default=900)
     p.add_argument("--limit", type=int, default=100, help="puzzles from --start (default 100: 900-999)")
