@@ -32,6 +32,22 @@ def test_stats_are_labelled_and_formatted():
     assert stats_line(searched).plain == "rounds 4  ·  KV reuse –  ·  time 0.5123 s  ·  generated tokens 812"
 
 
+def test_a_speculating_search_shows_acceptance_tokens_per_forward_and_drafting_time():
+    from thoughttree.search.results import Statistics
+
+    shown = Statistics(
+        rounds=2,
+        generated_tokens=900,
+        forward_steps=100,
+        draft_tokens=40,
+        accepted_tokens=30,
+        draft_seconds=0.25,
+        wall_time=1.0,
+    ).display()
+    assert "drafts kept 0.75  ·  tok/forward 9  ·  drafting 0.25 s" in stats_line(shown).plain
+    assert "drafting" not in stats_line(Statistics(rounds=1, generated_tokens=9, forward_steps=9).display()).plain
+
+
 def test_live_view_shows_the_tree_and_the_statistics():
     tree = build_sample_tree()
     console = recording_console(100, 40)
