@@ -150,6 +150,11 @@ class KVTree:
             slots.append(slots[-1] + 1 if len(slots) % ps else next(pages) * ps)
             seg.tokens.append(token)
 
+    def new_pages(self, seg: Segment, n: int) -> int:
+        """Pages that adding ``n`` tokens to ``seg`` takes from the pool (its last page first)."""
+        room = -len(seg.slots) % self.pool.page_size
+        return -(-(n - room) // self.pool.page_size) if n > room else 0
+
     def extend(self, seg: Segment, tokens: Sequence[int]) -> None:
         """Add ``tokens`` to unsealed ``seg`` (its last page first, then new ones). Raises
         KVPoolExhausted, changing nothing, when the pool has too few free pages."""
@@ -157,7 +162,7 @@ class KVTree:
         ps, slots = self.pool.page_size, seg.slots
         have, add = len(slots), len(tokens)
         room = -have % ps
-        pages = self.pool.alloc(-(-(add - room) // ps) if add > room else 0)
+        pages = self.pool.alloc(self.new_pages(seg, add))
         if room:
             slots.extend(range(slots[-1] + 1, slots[-1] + 1 + min(room, add)))
         for page in pages:

@@ -201,7 +201,7 @@ class Speculator:
             # draws go into its own segment while the drafts still hold theirs): a draft is placed
             # only where the pool keeps that room, so speculation never fails a step that plain
             # decoding would take.
-            emit = {i: _new_pages(outs[i].segment, 1, kv.pool.page_size) for i in still}
+            emit = {i: kv.new_pages(outs[i].segment, 1) for i in still}
             reserve = sum(emit.values())
             for i in still:
                 tip = _tip(i, requests, outs)
@@ -209,7 +209,7 @@ class Speculator:
                 rows.append((i, -1))
                 if i in drafts:
                     mine: list[Segment] = []
-                    extra = _new_pages(outs[i].segment, 1 + max(drafts[i].depths()), kv.pool.page_size) - emit[i]
+                    extra = kv.new_pages(outs[i].segment, 1 + max(drafts[i].depths())) - emit[i]
                     try:
                         where[i] = _draft_segments(kv, tip, drafts[i], mine)
                         room = kv.pool.num_free >= reserve + extra
@@ -481,13 +481,6 @@ def _draft_segments(kv, tip: Segment, draft: DraftTree, made: list[Segment]) -> 
         kv.append_each([seg], [token])
         where.append((seg, len(seg.tokens) - 1))
     return where
-
-
-def _new_pages(seg: Segment, n: int, size: int) -> int:
-    """Pages that appending ``n`` tokens to ``seg`` takes from a pool of pages of ``size`` tokens
-    (a segment starts a page at every multiple of the page size)."""
-    have = len(seg.slots)
-    return -(-(have + n) // size) - -(-have // size)
 
 
 def _copy_kv(pool, copies: list[tuple[int, int]]) -> None:
