@@ -31,14 +31,7 @@ def sample_packed(
     reference. Both compute the same hash noise, so a row's draw depends only on its own seed
     and step.
     """
-    dev = logits.device
-    temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
-    seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
-    step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
-    scores = None
-    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        greedy = temp == 0
-        scores = _filter(logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None], params)
+    temp, seed_t, step_t, scores = _rows(logits, params, seeds, steps)
     if fused:
         return gumbel_sample(logits.contiguous(), temp, seed_t, step_t, scores)
     return gumbel_sample_reference(logits, temp, seed_t, step_t, scores)
@@ -50,16 +43,29 @@ def perturbed_scores(
     """[R, vocab] float32: the values whose argmax :func:`sample_packed` draws for each row of
     ``logits`` [R, vocab] under its Sampling, seed and step: the logits where the temperature is
     0, else the logits over the temperature, filtered, plus the row's Gumbel noise."""
-    dev, x = logits.device, logits.float()
-    temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
+    x = logits.float()
+    temp, seed_t, step_t, scores = _rows(x, params, seeds, steps)
     greedy = temp == 0
-    scaled = x / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
-    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        scaled = _filter(scaled, params)
+    if scores is None:
+        scores = x / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, x.shape[1])))
+    return torch.where(greedy[:, None], x, scores + gumbel)
+
+
+def _rows(
+    logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Each row's temperature, seed and step as device tensors, and its filtered logits over the
+    temperature where any row filters (else None)."""
+    dev = logits.device
+    temp = torch.tensor([p.temperature for p in params], device=dev, dtype=torch.float32)
     seed_t = torch.tensor([s & ((1 << 63) - 1) for s in seeds], device=dev, dtype=torch.int64)
     step_t = torch.tensor(list(steps), device=dev, dtype=torch.int64)
-    gumbel = -torch.log(-torch.log(uniform_noise(seed_t, step_t, x.shape[1])))
-    return torch.where(greedy[:, None], x, scaled + gumbel)
+    scores = None
+    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        greedy = temp == 0
+        scores = _filter(logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None], params)
+    return temp, seed_t, step_t, scores
 
 
 def unpack(packed: torch.Tensor) -> Draw:
