@@ -78,24 +78,23 @@ class TreeLookup:
         # lookup serves them all within a step; each sampled branch ranks the continuations with
         # its own noise.
         memo: dict[tuple[int, ...], tuple[_Trie, float] | None] = {}
-        found = []
-        for b in branches:
-            tail = tuple(b.tokens(self.ngram))
+        tails = [tuple(b.tokens(self.ngram)) for b in branches]
+        for tail in tails:
             if tail not in memo:
                 memo[tail] = self._lookup(tail, max_depth)
-            found.append(memo[tail])
+        found = [memo[tail] for tail in tails]
         noise = _edge_noise(branches, found)
-        greedy: dict[int, DraftTree] = {}  # a greedy branch's draft depends on its trie alone
+        greedy: dict[tuple[int, ...], DraftTree] = {}  # a greedy branch's draft depends on its trie alone
         out = []
-        for f, g in zip(found, noise):
+        for tail, f, g in zip(tails, found, noise):
             if f is None:
                 out.append(DraftTree())
             elif g is not None:
                 out.append(f[0].draft(f[1], max_nodes, g))
             else:
-                if id(f) not in greedy:
-                    greedy[id(f)] = f[0].draft(f[1], max_nodes, None)
-                out.append(greedy[id(f)])
+                if tail not in greedy:
+                    greedy[tail] = f[0].draft(f[1], max_nodes, None)
+                out.append(greedy[tail])
         return out
 
     def _lookup(self, tail: tuple[int, ...], max_depth: int) -> tuple[_Trie, float] | None:
